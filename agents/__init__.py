@@ -1,0 +1,17 @@
+"""Agents: PPO and IMPALA/V-trace, as :class:`podracer.Agent` bundles usable by any architecture."""
+
+from agents.actor_critic import ActorCriticConfig, LearnerState
+from agents.impala import ImpalaConfig, make_impala
+from agents.ppo import PPOConfig, make_ppo
+
+AGENTS = {"ppo": (PPOConfig, make_ppo), "impala": (ImpalaConfig, make_impala)}
+
+
+def make_agent(name: str, config, spec, num_updates: int | None = None):
+    """The agent ``name`` (``ppo`` or ``impala``) built from its config for ``spec``."""
+    if name not in AGENTS:
+        raise ValueError(f"unknown agent {name!r}: choose one of {sorted(AGENTS)}")
+    return AGENTS[name][1](config, spec, num_updates)
+
+
+__all__ = ["AGENTS", "ActorCriticConfig", "ImpalaConfig", "LearnerState", "PPOConfig", "make_agent", "make_impala", "make_ppo"]

@@ -1,0 +1,74 @@
+"""IMPALA actor-critic with V-trace off-policy corrections (rlax)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+
+from agents import actor_critic
+from agents.actor_critic import ActorCriticConfig, LearnerState
+from agents.returns import vtrace
+from podracer.config import knob
+from podracer.parallel import masked_mean
+from podracer.types import Agent, EnvSpec, Trajectory
+
+
+@dataclasses.dataclass(frozen=True)
+class ImpalaConfig(ActorCriticConfig):
+    learning_rate: float = knob(6e-4, "Adam learning rate")
+    vtrace_lambda: float = knob(1.0, "V-trace lambda (trace mixing)")
+    clip_rho: float = knob(1.0, "V-trace clipping of importance ratios for the value targets")
+    clip_pg_rho: float = knob(1.0, "V-trace clipping of importance ratios for the policy gradient")
+
+
+def vtrace_loss(
+    logits: jax.Array, values: jax.Array, traj: Trajectory, config: ImpalaConfig
+) -> tuple[jax.Array, dict]:
+    """This replica's IMPALA loss.
+
+    Args:
+      logits: ``[T, A]``-per-env current policy logits, shaped ``[T, B, A]``.
+      values: ``[T + 1, B]`` current values (``values[T]`` bootstraps).
+      traj: the trajectory; ``traj.extras["log_prob"]`` is the behaviour log-probability.
+    """
+    log_prob, entropy = actor_critic.log_prob_and_entropy(logits, traj.action)
+    rho = jnp.exp(jax.lax.stop_gradient(log_prob) - traj.extras["log_prob"])
+    out = vtrace(
+        traj.reward, traj.discount, traj.valid, values, rho,
+        config.gamma, config.vtrace_lambda, config.clip_rho, config.clip_pg_rho,
+    )
+    policy_loss = masked_mean(-log_prob * jax.lax.stop_gradient(out.pg_advantage), traj.valid)
+    value_loss = 0.5 * masked_mean(jnp.square(out.errors), traj.valid)
+    entropy = masked_mean(entropy, traj.valid)
+    loss = policy_loss + config.value_coef * value_loss - config.entropy_coef * entropy
+    metrics = {
+        "policy_loss": policy_loss,
+        "value_loss": value_loss,
+        "entropy": entropy,
+        "mean_rho": masked_mean(rho, traj.valid),
+    }
+    return loss, metrics
+
+
+def make_impala(config: ImpalaConfig, spec: EnvSpec, num_updates: int | None = None) -> Agent:
+    """An IMPALA :class:`Agent`: one gradient step per trajectory batch."""
+    parts = actor_critic.build(config, spec, num_updates)
+    network = parts.network
+
+    def loss_fn(params, traj: Trajectory):
+        logits, values = actor_critic.apply_time_major(network, params, traj.obs)
+        return vtrace_loss(logits[:-1], values, traj, config)
+
+    def learn(state: LearnerState, traj: Trajectory, key: jax.Array):
+        del key  # deterministic given the trajectory
+        state, metrics = actor_critic.gradient_step(loss_fn, parts.optimizer, state, traj)
+        return state._replace(update=state.update + 1), metrics
+
+    return Agent(
+        init=actor_critic.make_init(parts, spec),
+        actor_params=actor_critic.actor_params,
+        act=actor_critic.make_act(network),
+        learn=learn,
+    )

@@ -1,0 +1,107 @@
+"""Flax networks: torsos for vector and image observations, and an actor-critic head.
+
+Every module takes a batch ``[N, *obs_shape]`` and returns ``[N, ...]``.
+Image observations are channels-last ``[H, W, C]``; uint8 pixels are scaled to [0, 1].
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+TORSOS = ("auto", "mlp", "conv", "nature_cnn")
+
+
+def _orthogonal(scale: float = np.sqrt(2)):
+    return nn.initializers.orthogonal(scale)
+
+
+def _as_float(x: jax.Array) -> jax.Array:
+    return x.astype(jnp.float32) / 255.0 if x.dtype == jnp.uint8 else x.astype(jnp.float32)
+
+
+class MLP(nn.Module):
+    """Flattens each observation, then ``Dense -> tanh`` per hidden size."""
+
+    hidden_sizes: Sequence[int] = (64, 64)
+
+    @nn.compact
+    def __call__(self, x):
+        x = _as_float(x).reshape((x.shape[0], -1))
+        for size in self.hidden_sizes:
+            x = nn.tanh(nn.Dense(size, kernel_init=_orthogonal())(x))
+        return x
+
+
+class SmallConv(nn.Module):
+    """For small grids such as MinAtar's 10x10: one 3x3 conv, then an MLP layer."""
+
+    channels: int = 16
+    hidden_size: int = 128
+
+    @nn.compact
+    def __call__(self, x):
+        x = nn.relu(nn.Conv(self.channels, (3, 3), kernel_init=_orthogonal())(_as_float(x)))
+        x = x.reshape((x.shape[0], -1))
+        return nn.relu(nn.Dense(self.hidden_size, kernel_init=_orthogonal())(x))
+
+
+class NatureCNN(nn.Module):
+    """The DQN paper's torso for 84x84 frames: three convs and a 512-unit layer."""
+
+    @nn.compact
+    def __call__(self, x):
+        x = _as_float(x)
+        for channels, kernel, stride in ((32, 8, 4), (64, 4, 2), (64, 3, 1)):
+            x = nn.relu(nn.Conv(channels, (kernel, kernel), (stride, stride), "VALID", kernel_init=_orthogonal())(x))
+        x = x.reshape((x.shape[0], -1))
+        return nn.relu(nn.Dense(512, kernel_init=_orthogonal())(x))
+
+
+def make_torso(kind: str, obs_shape: Sequence[int], hidden_sizes: Sequence[int] = (64, 64)) -> Callable[[], nn.Module]:
+    """A factory for the torso ``kind`` (``auto`` picks by observation rank and size)."""
+    if kind == "auto":
+        if len(obs_shape) < 3:
+            kind = "mlp"
+        else:
+            kind = "nature_cnn" if min(obs_shape[:2]) >= 64 else "conv"
+    factories = {
+        "mlp": lambda: MLP(tuple(hidden_sizes)),
+        "conv": SmallConv,
+        "nature_cnn": NatureCNN,
+    }
+    if kind not in factories:
+        raise ValueError(f"unknown torso {kind!r}: choose one of {TORSOS}")
+    return factories[kind]
+
+
+class ActorCritic(nn.Module):
+    """Policy logits ``[N, A]`` and state values ``[N]``.
+
+    With ``shared_torso`` both heads read one torso (the usual choice for
+    images); otherwise actor and critic have torsos of their own and
+    :meth:`policy` runs the actor alone, which is all acting needs.
+    """
+
+    torso: Callable[[], nn.Module]
+    num_actions: int
+    shared_torso: bool = False
+
+    def setup(self):
+        self.actor_torso = self.torso()
+        if not self.shared_torso:
+            self.critic_torso = self.torso()
+        self.policy_head = nn.Dense(self.num_actions, kernel_init=_orthogonal(0.01))
+        self.value_head = nn.Dense(1, kernel_init=_orthogonal(1.0))
+
+    def policy(self, obs):
+        return self.policy_head(self.actor_torso(obs))
+
+    def __call__(self, obs):
+        actor_features = self.actor_torso(obs)
+        critic_features = actor_features if self.shared_torso else self.critic_torso(obs)
+        return self.policy_head(actor_features), self.value_head(critic_features)[:, 0]

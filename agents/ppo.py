@@ -1,0 +1,129 @@
+"""PPO: clipped surrogate objective, GAE, epochs x minibatches, entropy bonus, value clipping."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+
+from agents import actor_critic
+from agents.actor_critic import ActorCriticConfig, LearnerState
+from agents.returns import generalized_advantages
+from agents.sgd import UNROLL_CHOICES, resolve_unroll, shuffled_minibatches
+from podracer.config import knob
+from podracer.parallel import global_masked_moments, masked_mean
+from podracer.types import Agent, EnvSpec, Trajectory
+
+
+@dataclasses.dataclass(frozen=True)
+class PPOConfig(ActorCriticConfig):
+    gae_lambda: float = knob(0.95, "GAE lambda")
+    clip_eps: float = knob(0.2, "PPO ratio clipping epsilon")
+    num_epochs: int = knob(4, "passes over each batch")
+    num_minibatches: int = knob(4, "minibatches per pass; each spans every device")
+    clip_value: bool = knob(True, "clip the value loss around the behaviour values")
+    normalize_advantages: bool = knob(True, "normalise advantages per minibatch (over all devices)")
+    minibatch_loop: str = knob("auto", f"one of {UNROLL_CHOICES}: how the minibatch loop is compiled")
+
+
+def ppo_loss(
+    logits: jax.Array,
+    values: jax.Array,
+    action: jax.Array,
+    behaviour_log_prob: jax.Array,
+    behaviour_value: jax.Array,
+    advantage: jax.Array,
+    target: jax.Array,
+    valid: jax.Array,
+    config: PPOConfig,
+) -> tuple[jax.Array, dict]:
+    """This replica's PPO loss on a minibatch of ``N`` transitions.
+
+    Args:
+      logits: ``[N, A]`` current policy logits.
+      values: ``[N]`` current value estimates.
+      action, behaviour_log_prob, behaviour_value, advantage, target: ``[N]``.
+      valid: ``[N]`` bool; invalid (auto-reset) transitions contribute nothing.
+    """
+    log_prob, entropy = actor_critic.log_prob_and_entropy(logits, action)
+    if config.normalize_advantages:
+        mean, var = global_masked_moments(advantage, valid)
+        advantage = (advantage - mean) / (jnp.sqrt(var) + 1e-8)
+    log_ratio = log_prob - behaviour_log_prob
+    ratio = jnp.exp(log_ratio)
+    clipped_ratio = jnp.clip(ratio, 1.0 - config.clip_eps, 1.0 + config.clip_eps)
+    policy_loss = masked_mean(-jnp.minimum(ratio * advantage, clipped_ratio * advantage), valid)
+
+    value_error = jnp.square(values - target)
+    if config.clip_value:
+        clipped = behaviour_value + jnp.clip(values - behaviour_value, -config.clip_eps, config.clip_eps)
+        value_error = jnp.maximum(value_error, jnp.square(clipped - target))
+    value_loss = 0.5 * masked_mean(value_error, valid)
+    entropy = masked_mean(entropy, valid)
+
+    loss = policy_loss + config.value_coef * value_loss - config.entropy_coef * entropy
+    metrics = {
+        "policy_loss": policy_loss,
+        "value_loss": value_loss,
+        "entropy": entropy,
+        "approx_kl": masked_mean((ratio - 1.0) - log_ratio, valid),
+        "clip_fraction": masked_mean((jnp.abs(ratio - 1.0) > config.clip_eps).astype(jnp.float32), valid),
+    }
+    return loss, metrics
+
+
+def make_ppo(config: PPOConfig, spec: EnvSpec, num_updates: int | None = None) -> Agent:
+    """A PPO :class:`Agent` for ``spec``; ``num_updates`` (learner calls) sets LR annealing's length."""
+    for name in ("num_epochs", "num_minibatches"):
+        if getattr(config, name) < 1:
+            raise ValueError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(config, name)}")
+    steps = num_updates * config.num_epochs * config.num_minibatches if num_updates else None
+    parts = actor_critic.build(config, spec, steps)
+    network = parts.network
+    unroll = resolve_unroll(config.minibatch_loop, parts.has_conv)
+
+    def minibatch_loss(params, mb):
+        logits, values = network.apply(params, mb["obs"])
+        return ppo_loss(
+            logits, values, mb["action"], mb["log_prob"], mb["value"], mb["advantage"], mb["target"],
+            mb["valid"], config,
+        )
+
+    def sgd_step(state: LearnerState, minibatch):
+        return actor_critic.gradient_step(minibatch_loss, parts.optimizer, state, minibatch)
+
+    def learn(state: LearnerState, traj: Trajectory, key: jax.Array):
+        rollout_len, num_envs = traj.action.shape
+        if (rollout_len * num_envs) % config.num_minibatches:
+            raise ValueError(
+                f"PPO: each replica learns from rollout_len x envs = {rollout_len} x {num_envs} = "
+                f"{rollout_len * num_envs} transitions, which --num-minibatches {config.num_minibatches} "
+                "does not divide; pick a divisor of that number or change --num-envs/--rollout-len"
+            )
+        _, values = actor_critic.apply_time_major(network, state.params, traj.obs)
+        advantage = generalized_advantages(
+            traj.reward, traj.discount, traj.valid, values, config.gamma, config.gae_lambda
+        )
+        batch = {
+            "obs": traj.obs[:-1],
+            "action": traj.action,
+            "log_prob": traj.extras["log_prob"],
+            "value": values[:-1],
+            "advantage": advantage,
+            "target": advantage + values[:-1],
+            "valid": traj.valid,
+        }
+        flat = jax.tree.map(lambda x: x.reshape((-1, *x.shape[2:])), batch)
+        state, metrics = shuffled_minibatches(
+            sgd_step, state, flat, key, config.num_epochs, config.num_minibatches, unroll
+        )
+        state = state._replace(update=state.update + 1)
+        return state, jax.tree.map(jnp.mean, metrics)
+
+    return Agent(
+        init=actor_critic.make_init(parts, spec),
+        actor_params=actor_critic.actor_params,
+        act=actor_critic.make_act(network),
+        learn=learn,
+    )

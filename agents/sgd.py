@@ -1,0 +1,54 @@
+"""Epochs of shuffled minibatch steps, with the loop structure chosen per backend."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import jax
+
+UNROLL_CHOICES = ("auto", "scan", "unroll")
+
+
+def resolve_unroll(choice: str, has_conv: bool) -> bool | int:
+    """``lax.scan``'s ``unroll`` for the minibatch loop.
+
+    XLA:CPU takes a far slower path for convolution gradients inside a rolled
+    ``lax.scan`` (about 20x, measured in BRIEF.md), so ``auto`` unrolls the loop
+    for conv networks on the CPU backend and keeps it rolled elsewhere (shorter
+    compiles, same speed).
+    """
+    if choice not in UNROLL_CHOICES:
+        raise ValueError(f"unknown minibatch loop {choice!r}: choose one of {UNROLL_CHOICES}")
+    if choice == "auto":
+        return True if has_conv and jax.default_backend() == "cpu" else 1
+    return True if choice == "unroll" else 1
+
+
+def shuffled_minibatches(
+    step: Callable,
+    carry,
+    batch,
+    key: jax.Array,
+    num_epochs: int,
+    num_minibatches: int,
+    unroll: bool | int = 1,
+):
+    """Runs ``step(carry, minibatch) -> (carry, metrics)`` over shuffled minibatches.
+
+    Args:
+      batch: pytree of ``[N, ...]`` arrays; ``num_minibatches`` must divide ``N``.
+      num_epochs: passes over ``batch``, each in a fresh random order.
+
+    Returns:
+      ``(carry, metrics)`` with metrics stacked ``[num_epochs * num_minibatches]``.
+    """
+    n = jax.tree.leaves(batch)[0].shape[0]
+    if n % num_minibatches:
+        raise ValueError(f"{num_minibatches} minibatches do not divide a batch of {n}")
+    orders = jax.vmap(lambda k: jax.random.permutation(k, n))(jax.random.split(key, num_epochs))
+    indices = orders.reshape(num_epochs * num_minibatches, n // num_minibatches)
+
+    def body(carry, index):
+        return step(carry, jax.tree.map(lambda x: x[index], batch))
+
+    return jax.lax.scan(body, carry, indices, unroll=unroll)

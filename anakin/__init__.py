@@ -1,0 +1,7 @@
+"""Anakin: environments, acting and learning together on every device, one compiled program."""
+
+from anakin.config import AnakinConfig, Geometry, geometry
+from anakin.program import Anakin, RunnerState, make_anakin
+from anakin.run import AnakinResult, NonFiniteLossError, train
+
+__all__ = ["Anakin", "AnakinConfig", "AnakinResult", "Geometry", "NonFiniteLossError", "RunnerState", "geometry", "make_anakin", "train"]

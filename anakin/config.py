@@ -1,0 +1,77 @@
+"""Anakin's knobs, and the batch geometry checked against the devices before compiling."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import NamedTuple
+
+from podracer.config import knob
+
+
+@dataclasses.dataclass(frozen=True)
+class AnakinConfig:
+    num_envs: int = knob(64, "environments per seed in total, split evenly over devices x lanes")
+    rollout_len: int = knob(128, "environment steps per environment between two updates")
+    lanes: int = knob(1, "update lanes per device: vmapped learner replicas whose gradients are averaged")
+    num_seeds: int = knob(1, "independent agents trained together in one program (seeds seed..seed+N-1)")
+    total_env_steps: int = knob(500_000, "environment steps to train for, per seed (rounded up to whole updates)")
+    seed: int = knob(0, "random seed")
+    num_devices: int = knob(0, "devices to run on; 0 means every device of every process")
+    log_interval: int = knob(0, "environment steps between log lines; 0 means about 20 lines per run")
+
+
+class Geometry(NamedTuple):
+    """How one update's batch is laid out (per seed)."""
+
+    num_devices: int
+    lanes: int
+    envs_per_lane: int
+    rollout_len: int
+    num_seeds: int
+    num_updates: int
+    updates_per_call: int
+
+    @property
+    def replicas(self) -> int:
+        return self.num_devices * self.lanes
+
+    @property
+    def steps_per_update(self) -> int:
+        """Environment steps per update and seed, over all devices and lanes."""
+        return self.replicas * self.envs_per_lane * self.rollout_len
+
+
+def _suggest_multiples(value: int, factor: int) -> str:
+    low = max(factor, value // factor * factor)
+    high = low + factor if low <= value else low
+    return f"{low} or {high}" if low != value else str(high)
+
+
+def geometry(config: AnakinConfig, num_devices: int) -> Geometry:
+    """Checks ``config`` against ``num_devices`` (no compilation), with errors that say what to change."""
+    for name in ("num_envs", "rollout_len", "lanes", "num_seeds", "total_env_steps"):
+        if getattr(config, name) < 1:
+            raise ValueError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(config, name)}")
+    if config.log_interval < 0:
+        raise ValueError(f"--log-interval must be 0 (auto) or positive, got {config.log_interval}")
+    replicas = num_devices * config.lanes
+    if config.num_envs % replicas:
+        raise ValueError(
+            f"--num-envs {config.num_envs} does not split evenly over {num_devices} device(s) x "
+            f"{config.lanes} lane(s) = {replicas} replicas: use a multiple of {replicas} "
+            f"(e.g. {_suggest_multiples(config.num_envs, replicas)}), or change --lanes/--num-devices"
+        )
+    steps_per_update = config.num_envs * config.rollout_len
+    num_updates = math.ceil(config.total_env_steps / steps_per_update)
+    interval = config.log_interval or max(1, config.total_env_steps // 20)
+    updates_per_call = min(num_updates, max(1, round(interval / steps_per_update)))
+    return Geometry(
+        num_devices=num_devices,
+        lanes=config.lanes,
+        envs_per_lane=config.num_envs // replicas,
+        rollout_len=config.rollout_len,
+        num_seeds=config.num_seeds,
+        num_updates=num_updates,
+        updates_per_call=updates_per_call,
+    )

@@ -1,0 +1,147 @@
+"""The Anakin program: acting, environment steps and learning in one compiled call.
+
+Inside each device (a ``shard_map`` shard of the mesh), ``vmap`` runs the
+independent seeds and, within each seed, the update lanes (axis
+:data:`podracer.parallel.LANE_AXIS`). Each lane steps its own batch of
+environments with a ``lax.scan`` rollout and calls ``Agent.learn``, which
+averages gradients over lanes and devices. One call runs a ``fori_loop`` of
+many updates and returns only a handful of accumulated scalars to the host.
+
+Every leaf of the global :class:`RunnerState` is laid out
+``[devices, seeds, lanes, ...]`` and sharded over the device axis.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import Mesh
+from jax.sharding import PartitionSpec as P
+
+from anakin.config import Geometry
+from podracer.parallel import DATA_AXES, DEVICE_AXIS, LANE_AXIS, mean_over_replicas
+from podracer.types import Agent, EpisodeStats, Trajectory
+
+
+class RunnerState(NamedTuple):
+    """Everything one lane carries from update to update."""
+
+    learner: Any  # the agent's LearnerState (identical on every lane and device)
+    env_state: Any  # [B, ...] auto-reset environment states
+    obs: Any  # [B, ...] observations to act on next
+    act_key: jax.Array  # this lane's own key for acting
+    learn_key: jax.Array  # shared by every lane and device of a seed
+
+
+class CallStats(NamedTuple):
+    """Sums over the updates of one call, per seed (``[S]`` leaves)."""
+
+    metrics: dict  # sum over updates of each learner metric (replica-averaged)
+    episode_return: jax.Array  # sum of returns of the episodes that ended
+    episode_length: jax.Array  # sum of their lengths
+    episodes: jax.Array  # how many ended
+    first_nonfinite: jax.Array  # int32: first update of the call with a non-finite loss, else -1
+
+
+class Anakin(NamedTuple):
+    init: Callable[[int], RunnerState]  # seed -> global RunnerState
+    run: Callable[[RunnerState, jax.Array], tuple[RunnerState, CallStats]]  # (state, num updates) -> ...
+    geometry: Geometry
+    mesh: Mesh
+
+
+def _episode_sums(stats: EpisodeStats, axes) -> tuple[jax.Array, jax.Array, jax.Array]:
+    done = stats.done.astype(jnp.float32)
+    sums = (
+        jnp.sum(done * stats.episode_return),
+        jnp.sum(done * stats.episode_length),
+        jnp.sum(done),
+    )
+    return jax.lax.psum(sums, axes)
+
+
+def make_anakin(agent: Agent, env, geometry: Geometry, mesh: Mesh) -> Anakin:
+    """Builds the Anakin program for ``agent`` on the auto-resetting jittable ``env``."""
+    lanes, num_envs, rollout_len = geometry.lanes, geometry.envs_per_lane, geometry.rollout_len
+
+    def rollout(params, env_state, obs, key):
+        def step(carry, step_key):
+            env_state, obs = carry
+            action, extras = agent.act(params, obs, step_key)
+            env_state, ts = jax.vmap(env.step)(env_state, action)
+            return (env_state, ts.obs), (obs, action, ts.reward, ts.discount, ts.valid, extras, ts.episode)
+
+        (env_state, last_obs), steps = jax.lax.scan(step, (env_state, obs), jax.random.split(key, rollout_len))
+        obs_seq, action, reward, discount, valid, extras, episodes = steps
+        all_obs = jax.tree.map(lambda seq, last: jnp.concatenate([seq, last[None]]), obs_seq, last_obs)
+        return env_state, last_obs, Trajectory(all_obs, action, reward, discount, valid, extras), episodes
+
+    def lane_update(runner: RunnerState):
+        act_key, rollout_key = jax.random.split(runner.act_key)
+        learn_key, update_key = jax.random.split(runner.learn_key)
+        params = agent.actor_params(runner.learner)
+        env_state, obs, traj, episodes = rollout(params, runner.env_state, runner.obs, rollout_key)
+        learner, metrics = agent.learn(runner.learner, traj, update_key)
+        runner = RunnerState(learner, env_state, obs, act_key, learn_key)
+        return runner, mean_over_replicas(metrics), _episode_sums(episodes, DATA_AXES)
+
+    # [seeds, lanes] inside a device; lanes are a named axis for the agent's gradient averaging.
+    device_update = jax.vmap(jax.vmap(lane_update, axis_name=LANE_AXIS))
+
+    def lane_init(seed_key, lane):
+        learner_key, env_key, act_key, learn_key = jax.random.split(seed_key, 4)
+        replica = jax.lax.axis_index(DEVICE_AXIS) * lanes + lane
+        env_ids = replica * num_envs + jnp.arange(num_envs)
+        env_keys = jax.vmap(lambda i: jax.random.fold_in(env_key, i))(env_ids)
+        env_state, obs = jax.vmap(env.reset)(env_keys)
+        return RunnerState(agent.init(learner_key), env_state, obs, jax.random.fold_in(act_key, replica), learn_key)
+
+    def device_init(seed_keys):
+        per_seed = jax.vmap(lambda key: jax.vmap(lane_init, in_axes=(None, 0))(key, jnp.arange(lanes)))
+        return jax.tree.map(lambda x: x[None], per_seed(seed_keys))
+
+    def device_run(state: RunnerState, num_updates):
+        state = jax.tree.map(lambda x: x[0], state)
+
+        def body(i, carry):
+            state, stats = carry
+            state, metrics, (ret, length, count) = device_update(state)
+            metrics, ret, length, count = jax.tree.map(lambda x: x[:, 0], (metrics, ret, length, count))
+            finite = jnp.isfinite(metrics["loss"])
+            first = jnp.where((stats.first_nonfinite < 0) & ~finite, i, stats.first_nonfinite)
+            stats = CallStats(
+                jax.tree.map(jnp.add, stats.metrics, metrics),
+                stats.episode_return + ret,
+                stats.episode_length + length,
+                stats.episodes + count,
+                first,
+            )
+            return state, stats
+
+        zeros = jnp.zeros(geometry.num_seeds, jnp.float32)
+        metric_shapes = jax.eval_shape(lambda s: device_update(s)[1], state)
+        stats = CallStats(
+            jax.tree.map(lambda m: jnp.zeros(m.shape[:1], m.dtype), metric_shapes),
+            zeros, zeros, zeros,
+            jnp.full(geometry.num_seeds, -1, jnp.int32),
+        )
+        state, stats = jax.lax.fori_loop(0, num_updates, body, (state, stats))
+        return jax.tree.map(lambda x: x[None], state), stats
+
+    def shard(fn, in_specs, out_specs):
+        # rlax's and mctx's loops start from unannotated constants, which the
+        # varying-axis check rejects; averaging is explicit, so it adds nothing here.
+        return jax.shard_map(fn, mesh=mesh, in_specs=in_specs, out_specs=out_specs, check_vma=False)
+
+    @jax.jit
+    def init(seed):
+        seed_keys = jax.vmap(jax.random.key)(seed + jnp.arange(geometry.num_seeds))
+        return shard(device_init, in_specs=P(), out_specs=P(DEVICE_AXIS))(seed_keys)
+
+    run = jax.jit(
+        shard(device_run, in_specs=(P(DEVICE_AXIS), P()), out_specs=(P(DEVICE_AXIS), P())),
+        donate_argnums=0,
+    )
+    return Anakin(init=init, run=run, geometry=geometry, mesh=mesh)

@@ -1,0 +1,138 @@
+"""Runs an Anakin experiment from the host: compile once, then call, log, repeat."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any, NamedTuple
+
+import jax
+import numpy as np
+
+import envs
+from agents import make_agent
+from anakin.config import AnakinConfig, geometry
+from anakin.program import CallStats, RunnerState, make_anakin
+from podracer.parallel import device_mesh, fetch_replicated
+from podracer.runlog import RunLog, Stopwatch
+
+
+class NonFiniteLossError(RuntimeError):
+    """The loss became NaN or infinite; the message names the update and seed."""
+
+
+class AnakinResult(NamedTuple):
+    state: RunnerState  # the final global runner state
+    records: list[dict]  # what was logged, one dict per call
+    compile_seconds: float
+    train_seconds: float  # wall time of the compiled calls alone
+    env_steps: int  # per seed
+
+
+def select_devices(num_devices: int) -> list[jax.Device]:
+    devices = jax.devices()
+    if num_devices == 0:
+        return devices
+    if num_devices > len(devices):
+        raise ValueError(f"--num-devices {num_devices} asks for more than the {len(devices)} device(s) available")
+    return devices[:num_devices]
+
+
+def _episode_means(stats: CallStats) -> dict[str, Any]:
+    episodes = stats.episodes
+    with np.errstate(invalid="ignore", divide="ignore"):
+        returns = np.where(episodes > 0, stats.episode_return / episodes, np.nan)
+        lengths = np.where(episodes > 0, stats.episode_length / episodes, np.nan)
+    record = {
+        "episode_return": float(np.nanmean(returns)) if np.isfinite(returns).any() else None,
+        "episode_length": float(np.nanmean(lengths)) if np.isfinite(lengths).any() else None,
+        "episodes": int(episodes.sum()),
+    }
+    if len(episodes) > 1:
+        record["episode_return_per_seed"] = returns
+        record["episode_return_min"] = float(np.nanmin(returns)) if np.isfinite(returns).any() else None
+        record["episode_return_max"] = float(np.nanmax(returns)) if np.isfinite(returns).any() else None
+    return record
+
+
+def _check_finite(stats: CallStats, first_update: int, seed: int) -> None:
+    bad = np.flatnonzero(stats.first_nonfinite >= 0)
+    if bad.size:
+        s = int(bad[0])
+        update = first_update + int(stats.first_nonfinite[s]) + 1
+        raise NonFiniteLossError(
+            f"the loss became non-finite at update {update} (seed {seed + s}); "
+            "try a lower --learning-rate or --max-grad-norm"
+        )
+
+
+def train(
+    agent_name: str,
+    agent_config,
+    env_name: str,
+    config: AnakinConfig,
+    run_dir: str | None = None,
+    quiet: bool = False,
+) -> AnakinResult:
+    """Trains ``agent_name`` on ``env_name`` with Anakin; see ``podracer anakin --help``."""
+    devices = select_devices(config.num_devices)
+    geo = geometry(config, len(devices))
+    env = envs.make(env_name)
+    agent = make_agent(agent_name, agent_config, env.spec, geo.num_updates)
+    program = make_anakin(agent, env, geo, device_mesh(devices))
+    total_steps = geo.num_updates * geo.steps_per_update
+    log = RunLog(
+        run_dir,
+        {
+            "architecture": "anakin",
+            "agent": agent_name,
+            "env": env_name,
+            "anakin": dataclasses.asdict(config),
+            "agent_config": dataclasses.asdict(agent_config),
+            "geometry": geo._asdict(),
+            "devices": [str(d) for d in devices],
+            "jax_version": jax.__version__,
+        },
+        total_steps,
+        quiet,
+    )
+    try:
+        log.message(
+            f"anakin: {agent_name} on {env_name}, {geo.num_devices} device(s) x {geo.lanes} lane(s) x "
+            f"{geo.envs_per_lane} envs x {geo.rollout_len} steps = {geo.steps_per_update:,} steps/update, "
+            f"{geo.num_updates} updates, {geo.num_seeds} seed(s)"
+        )
+        start = time.perf_counter()
+        state = program.init(config.seed)
+        run = program.run.lower(state, np.int32(geo.updates_per_call)).compile()
+        jax.block_until_ready(state)
+        compile_seconds = time.perf_counter() - start
+        log.message(f"compiled in {compile_seconds:.1f}s")
+
+        clock = Stopwatch()
+        done = 0
+        while done < geo.num_updates:
+            n = min(geo.updates_per_call, geo.num_updates - done)
+            with clock:
+                state, stats = run(state, np.int32(n))
+                stats = fetch_replicated(stats)
+            _check_finite(stats, done, config.seed)
+            done += n
+            steps = n * geo.steps_per_update
+            record = {
+                "update": done,
+                "env_steps": done * geo.steps_per_update,
+                "time": clock.total,
+                "sps": steps * geo.num_seeds / clock.last,
+                "sps_per_seed": steps / clock.last,
+                **_episode_means(stats),
+                **{key: float(np.mean(value)) / n for key, value in stats.metrics.items()},
+            }
+            log.write(record)
+        log.message(
+            f"done: {total_steps:,} env steps per seed in {clock.total:.1f}s "
+            f"({total_steps * geo.num_seeds / clock.total:,.0f} steps/s after a {compile_seconds:.1f}s compile)"
+        )
+        return AnakinResult(state, log.records, compile_seconds, clock.total, total_steps)
+    finally:
+        log.close()

@@ -1,0 +1,11 @@
+"""podracer's shared core: the Agent/Trajectory contracts, data parallelism, configuration, run logs."""
+
+from podracer.parallel import DATA_AXES, DEVICE_AXIS, LANE_AXIS, masked_mean, mean_over_replicas, single_replica
+from podracer.types import Agent, EnvSpec, EpisodeStats, Trajectory
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "DATA_AXES", "DEVICE_AXIS", "LANE_AXIS", "Agent", "EnvSpec", "EpisodeStats", "Trajectory",
+    "masked_mean", "mean_over_replicas", "single_replica",
+]

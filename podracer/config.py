@@ -1,0 +1,57 @@
+"""Configuration dataclasses and their command-line flags.
+
+Every knob is a dataclass field declared with :func:`knob`, so its default and
+its help text live in one place; :func:`add_flags` turns a dataclass into
+``argparse`` flags (``num_envs`` becomes ``--num-envs``) and :func:`from_flags`
+builds the dataclass back from the parsed namespace.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import typing
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+def knob(default: Any, help: str) -> Any:
+    """A dataclass field with a default and the help text its flag shows."""
+    if isinstance(default, (list, dict)):
+        raise TypeError("knob defaults must be immutable; use a tuple")
+    return dataclasses.field(default=default, metadata={"help": help})
+
+
+def flag_name(field_name: str) -> str:
+    return "--" + field_name.replace("_", "-")
+
+
+def add_flags(parser: argparse.ArgumentParser | argparse._ArgumentGroup, cls: type, defaults: dict | None = None) -> None:
+    """Adds one flag per field of dataclass ``cls``; ``defaults`` overrides field defaults (presets)."""
+    hints = typing.get_type_hints(cls)
+    defaults = defaults or {}
+    for field in dataclasses.fields(cls):
+        kind = hints[field.name]
+        default = defaults.get(field.name, field.default)
+        help_text = f"{field.metadata.get('help', '')} (default: {default})"
+        name = flag_name(field.name)
+        if kind is bool:
+            parser.add_argument(name, action=argparse.BooleanOptionalAction, default=default, help=help_text)
+        elif typing.get_origin(kind) is tuple:
+            (item,) = {arg for arg in typing.get_args(kind) if arg is not Ellipsis}
+            parser.add_argument(name, type=item, nargs="+", default=default, help=help_text, metavar=field.name.upper())
+        else:
+            optional = typing.get_args(kind)
+            base = next((a for a in optional if a is not type(None)), kind) if optional else kind
+            parser.add_argument(name, type=base, default=default, help=help_text, metavar=field.name.upper())
+
+
+def from_flags(cls: type[T], namespace: argparse.Namespace) -> T:
+    """Builds dataclass ``cls`` from the flags :func:`add_flags` added."""
+    hints = typing.get_type_hints(cls)
+    values = {}
+    for field in dataclasses.fields(cls):
+        value = getattr(namespace, field.name)
+        values[field.name] = tuple(value) if typing.get_origin(hints[field.name]) is tuple else value
+    return cls(**values)

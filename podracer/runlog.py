@@ -1,0 +1,152 @@
+"""A run's record: ``config.json``, ``metrics.jsonl``, TensorBoard events and console progress.
+
+Every architecture logs through :class:`RunLog`, one record per log step. A
+record is a flat dict of JSON-able values; ``env_steps`` is the x-axis (per
+seed), ``sps`` the steady-state throughput, ``time`` seconds of training
+excluding compilation. Non-finite numbers are written as ``null``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import time
+from typing import Any, TextIO
+
+import numpy as np
+
+CONFIG_FILE = "config.json"
+METRICS_FILE = "metrics.jsonl"
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, np.ndarray):
+        return [_jsonable(v) for v in value.tolist()]
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, (np.floating, float)):
+        return float(value) if math.isfinite(value) else None
+    if isinstance(value, np.integer):
+        return int(value)
+    return value
+
+
+def _fmt(value: Any, digits: int = 4) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.{digits}g}"
+    return str(value)
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    if seconds < 60:
+        return f"{seconds}s"
+    minutes, seconds = divmod(seconds, 60)
+    if minutes < 60:
+        return f"{minutes}m{seconds:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m"
+
+
+class RunLog:
+    """Writes one run directory (or nothing, with ``run_dir=None``) and prints progress lines.
+
+    Args:
+      run_dir: where the files go; created if missing. ``None`` writes no files.
+      config: written to ``config.json``.
+      total_env_steps: the run's length in env steps (per seed), for the ETA.
+      quiet: print nothing.
+      stream: where progress goes (default stderr, so stdout stays machine-readable).
+    """
+
+    def __init__(
+        self,
+        run_dir: str | None,
+        config: dict,
+        total_env_steps: int,
+        quiet: bool = False,
+        stream: TextIO | None = None,
+    ):
+        self.run_dir = run_dir
+        self.total_env_steps = total_env_steps
+        self.quiet = quiet
+        self.stream = stream or sys.stderr
+        self.records: list[dict] = []
+        self._metrics_file = None
+        self._writer = None
+        if run_dir is not None:
+            os.makedirs(run_dir, exist_ok=True)
+            if os.path.exists(os.path.join(run_dir, METRICS_FILE)):
+                raise FileExistsError(
+                    f"{run_dir} already holds a run ({METRICS_FILE}); choose another --logdir"
+                )
+            with open(os.path.join(run_dir, CONFIG_FILE), "w") as f:
+                json.dump(_jsonable(config), f, indent=2, sort_keys=True)
+            self._metrics_file = open(os.path.join(run_dir, METRICS_FILE), "a")
+            from tensorboardX import SummaryWriter
+
+            self._writer = SummaryWriter(run_dir)
+
+    def message(self, text: str) -> None:
+        if not self.quiet:
+            print(text, file=self.stream, flush=True)
+
+    def write(self, record: dict) -> None:
+        """Appends one record to ``metrics.jsonl`` and TensorBoard, and prints a progress line."""
+        record = {key: _jsonable(value) for key, value in record.items()}
+        self.records.append(record)
+        if self._metrics_file is not None:
+            self._metrics_file.write(json.dumps(record) + "\n")
+            self._metrics_file.flush()
+            step = record["env_steps"]
+            for key, value in record.items():
+                if isinstance(value, (int, float)) and key != "env_steps":
+                    self._writer.add_scalar(key, value, step)
+                elif isinstance(value, list):
+                    for i, item in enumerate(value):
+                        if isinstance(item, (int, float)):
+                            self._writer.add_scalar(f"{key}/{i}", item, step)
+            self._writer.flush()
+        self.message(self._progress_line(record))
+
+    def _progress_line(self, record: dict) -> str:
+        steps = record["env_steps"]
+        fraction = steps / self.total_env_steps if self.total_env_steps else 1.0
+        sps = record.get("sps")
+        remaining = max(self.total_env_steps - steps, 0)
+        eta = _duration(remaining / record["sps_per_seed"]) if record.get("sps_per_seed") else "-"
+        parts = [
+            f"env steps {steps:,}/{self.total_env_steps:,} ({100 * min(fraction, 1.0):.0f}%)",
+            f"{sps:,.0f} steps/s" if sps else "- steps/s",
+            f"return {_fmt(record.get('episode_return'))}",
+            f"loss {_fmt(record.get('loss'))}",
+            f"ETA {eta}",
+        ]
+        return " | ".join(parts)
+
+    def close(self) -> None:
+        if self._metrics_file is not None:
+            self._metrics_file.close()
+            self._writer.close()
+            self._metrics_file = None
+
+
+class Stopwatch:
+    """Accumulates seconds spent, for steady-state throughput apart from compilation."""
+
+    def __init__(self):
+        self.total = 0.0
+        self._start: float | None = None
+
+    def __enter__(self):
+        self._start = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc):
+        self.last = time.perf_counter() - self._start
+        self.total += self.last
+        return False

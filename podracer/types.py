@@ -1,0 +1,104 @@
+"""The contracts every architecture and agent share.
+
+Shapes are time-major: ``T`` is the rollout length, ``B`` the number of
+environments in one batch (one device's, one lane's or one actor thread's).
+
+An :class:`Agent` is a bundle of pure functions. Anakin and Sebulba are two
+ways of scheduling the *same* bundle onto devices: neither knows which
+algorithm it runs, and no agent knows which architecture runs it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple
+
+import jax
+
+Array = jax.Array
+PRNGKey = jax.Array
+ArrayTree = Any
+Params = ArrayTree
+LearnerState = ArrayTree
+Metrics = dict[str, Array]
+
+
+class EnvSpec(NamedTuple):
+    """What an agent needs to know about an environment to build its networks.
+
+    Attributes:
+      observation: shape and dtype of one observation (no batch axis).
+      num_actions: size of the discrete action set.
+    """
+
+    observation: jax.ShapeDtypeStruct
+    num_actions: int
+
+
+class Trajectory(NamedTuple):
+    """``T`` transitions of ``B`` environments, with the observation to bootstrap from.
+
+    Transition ``t`` goes from ``obs[t]`` through ``action[t]`` to ``obs[t + 1]``.
+
+    Termination and truncation are kept apart: ``discount[t]`` is 0 only when the
+    transition *terminated* the episode, so a time-limit truncation keeps
+    bootstrapping from ``obs[t + 1]`` (the true final observation). When an
+    environment resets after an episode ends, the step that performs the reset
+    has ``valid[t] = False``: its action was ignored and it must not be learnt
+    from, and no return may flow across it.
+
+    Attributes:
+      obs: ``[T + 1, B, ...]`` observations; ``obs[T]`` is the bootstrap one.
+      action: ``[T, B]`` int32 actions.
+      reward: ``[T, B]`` float32 reward of each transition.
+      discount: ``[T, B]`` float32, 0. where the transition terminated, else 1.
+      valid: ``[T, B]`` bool, False on auto-reset steps.
+      extras: ``[T, B, ...]`` what ``Agent.act`` returned beside the actions
+        (behaviour log-probabilities, search policies, ...).
+    """
+
+    obs: ArrayTree
+    action: Array
+    reward: Array
+    discount: Array
+    valid: Array
+    extras: ArrayTree
+
+
+class EpisodeStats(NamedTuple):
+    """Per-step episode bookkeeping that travels beside a trajectory, for logging.
+
+    Attributes:
+      done: ``[..., ]`` bool, an episode ended (terminated or truncated) at this step.
+      episode_return: the finished episode's undiscounted return where ``done``
+        (for Atari: the real game score, whatever the training reward was).
+      episode_length: the finished episode's length in agent steps where ``done``.
+    """
+
+    done: Array
+    episode_return: Array
+    episode_length: Array
+
+
+class Agent(NamedTuple):
+    """One learning algorithm as pure functions; runs unchanged on Anakin and Sebulba.
+
+    Attributes:
+      init: ``key -> LearnerState``: parameters, optimiser state, counters (and
+        for replay-based agents, the replay buffer).
+      actor_params: ``LearnerState -> Params``: what acting needs, nothing more
+        (the part that is copied to actor devices).
+      act: ``(params, obs[B, ...], key) -> (action[B], extras)``: batched
+        inference; ``extras`` is a pytree of ``[B, ...]`` arrays stored in the
+        :class:`Trajectory`.
+      learn: ``(LearnerState, Trajectory, key) -> (LearnerState, Metrics)``:
+        one update from one replica's share of the batch. It runs on every data
+        replica at once (inside ``shard_map``, and ``vmap`` over update lanes)
+        and averages gradients over :data:`podracer.parallel.DATA_AXES`, so the
+        architecture must bind both axis names. ``key`` is the same on every
+        replica. Metrics are scalars.
+    """
+
+    init: Callable[[PRNGKey], LearnerState]
+    actor_params: Callable[[LearnerState], Params]
+    act: Callable[[Params, ArrayTree, PRNGKey], tuple[Array, ArrayTree]]
+    learn: Callable[[LearnerState, Trajectory, PRNGKey], tuple[LearnerState, Metrics]]
