@@ -93,11 +93,15 @@ def make_act(network: ActorCritic):
     return act
 
 
-def apply_time_major(network: ActorCritic, params: Params, obs: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """Logits ``[T, B, A]`` and values ``[T, B]`` for observations ``[T, B, ...]``."""
-    leading = obs.shape[:2]
-    logits, values = network.apply(params, obs.reshape((-1, *obs.shape[2:])))
-    return logits.reshape((*leading, -1)), values.reshape(leading)
+def time_major(fn):
+    """Lifts ``fn: [N, ...] -> [N, ...]`` (pytrees) to ``[T, B, ...] -> [T, B, ...]``."""
+
+    def apply(x):
+        leading = jax.tree.leaves(x)[0].shape[:2]
+        flat = jax.tree.map(lambda a: a.reshape((-1, *a.shape[2:])), x)
+        return jax.tree.map(lambda a: a.reshape((*leading, *a.shape[1:])), fn(flat))
+
+    return apply
 
 
 def log_prob_and_entropy(logits: jax.Array, action: jax.Array) -> tuple[jax.Array, jax.Array]:

@@ -29,7 +29,7 @@ def vtrace_loss(
     """This replica's IMPALA loss.
 
     Args:
-      logits: ``[T, A]``-per-env current policy logits, shaped ``[T, B, A]``.
+      logits: ``[T, B, A]`` current policy logits.
       values: ``[T + 1, B]`` current values (``values[T]`` bootstraps).
       traj: the trajectory; ``traj.extras["log_prob"]`` is the behaviour log-probability.
     """
@@ -58,7 +58,7 @@ def make_impala(config: ImpalaConfig, spec: EnvSpec, num_updates: int | None = N
     network = parts.network
 
     def loss_fn(params, traj: Trajectory):
-        logits, values = actor_critic.apply_time_major(network, params, traj.obs)
+        logits, values = actor_critic.time_major(lambda obs: network.apply(params, obs))(traj.obs)
         return vtrace_loss(logits[:-1], values, traj, config)
 
     def learn(state: LearnerState, traj: Trajectory, key: jax.Array):

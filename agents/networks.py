@@ -101,6 +101,10 @@ class ActorCritic(nn.Module):
     def policy(self, obs):
         return self.policy_head(self.actor_torso(obs))
 
+    def value(self, obs):
+        torso = self.actor_torso if self.shared_torso else self.critic_torso
+        return self.value_head(torso(obs))[:, 0]
+
     def __call__(self, obs):
         actor_features = self.actor_torso(obs)
         critic_features = actor_features if self.shared_torso else self.critic_torso(obs)

@@ -17,12 +17,28 @@ def trace_continuation(valid: jax.Array) -> jax.Array:
     return jnp.concatenate([valid[1:], jnp.ones_like(valid[:1])]).astype(jnp.float32)
 
 
+GAE_UNROLL = 16  # backward-recursion steps per loop iteration
+
+
 def generalized_advantages(
     reward: jax.Array, discount: jax.Array, valid: jax.Array, values: jax.Array, gamma: float, gae_lambda: float
 ) -> jax.Array:
-    """GAE advantages ``[T, B]`` from rewards/discounts/valid ``[T, B]`` and values ``[T + 1, B]``."""
-    per_env = jax.vmap(rlax.truncated_generalized_advantage_estimation, in_axes=1, out_axes=1)
-    return per_env(reward, gamma * discount, gae_lambda * trace_continuation(valid), values)
+    """GAE advantages ``[T, B]`` from rewards/discounts/valid ``[T, B]`` and values ``[T + 1, B]``.
+
+    The same recursion as ``rlax.truncated_generalized_advantage_estimation``
+    (``tests/test_returns.py`` compares them), batched over ``B`` and unrolled:
+    ``A[t] = delta[t] + gamma * lambda * discount[t] * continuation[t] * A[t + 1]``.
+    """
+    deltas = reward + gamma * discount * values[1:] - values[:-1]
+    decays = gamma * gae_lambda * discount * trace_continuation(valid)
+
+    def backward(advantage, step):
+        delta, decay = step
+        advantage = delta + decay * advantage
+        return advantage, advantage
+
+    _, advantages = jax.lax.scan(backward, jnp.zeros_like(values[-1]), (deltas, decays), reverse=True, unroll=GAE_UNROLL)
+    return advantages
 
 
 def vtrace(

@@ -21,7 +21,14 @@ from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
 from anakin.config import Geometry
-from podracer.parallel import DATA_AXES, DEVICE_AXIS, LANE_AXIS, mean_over_replicas
+from podracer.parallel import (
+    DEVICE_AXIS,
+    LANE_AXIS,
+    device_mesh,
+    mean_over_replicas,
+    sum_over_replicas,
+    vmap_unless_single,
+)
 from podracer.types import Agent, EpisodeStats, Trajectory
 
 
@@ -52,18 +59,26 @@ class Anakin(NamedTuple):
     mesh: Mesh
 
 
-def _episode_sums(stats: EpisodeStats, axes) -> tuple[jax.Array, jax.Array, jax.Array]:
+def _episode_sums(stats: EpisodeStats) -> tuple[jax.Array, jax.Array, jax.Array]:
     done = stats.done.astype(jnp.float32)
     sums = (
         jnp.sum(done * stats.episode_return),
         jnp.sum(done * stats.episode_length),
         jnp.sum(done),
     )
-    return jax.lax.psum(sums, axes)
+    return sum_over_replicas(sums)
+
+
+def anakin_mesh(devices, lanes: int) -> Mesh:
+    """The mesh for ``lanes`` lanes per device: with one lane, a trivial mesh axis binds its name."""
+    return device_mesh(devices, lane_axis=lanes == 1)
 
 
 def make_anakin(agent: Agent, env, geometry: Geometry, mesh: Mesh) -> Anakin:
-    """Builds the Anakin program for ``agent`` on the auto-resetting jittable ``env``."""
+    """Builds the Anakin program for ``agent`` on the auto-resetting jittable ``env``.
+
+    ``mesh`` comes from :func:`anakin_mesh` for ``geometry.lanes``.
+    """
     lanes, num_envs, rollout_len = geometry.lanes, geometry.envs_per_lane, geometry.rollout_len
 
     def rollout(params, env_state, obs, key):
@@ -85,10 +100,11 @@ def make_anakin(agent: Agent, env, geometry: Geometry, mesh: Mesh) -> Anakin:
         env_state, obs, traj, episodes = rollout(params, runner.env_state, runner.obs, rollout_key)
         learner, metrics = agent.learn(runner.learner, traj, update_key)
         runner = RunnerState(learner, env_state, obs, act_key, learn_key)
-        return runner, mean_over_replicas(metrics), _episode_sums(episodes, DATA_AXES)
+        return runner, mean_over_replicas(metrics), _episode_sums(episodes)
 
     # [seeds, lanes] inside a device; lanes are a named axis for the agent's gradient averaging.
-    device_update = jax.vmap(jax.vmap(lane_update, axis_name=LANE_AXIS))
+    seeds = geometry.num_seeds
+    device_update = vmap_unless_single(vmap_unless_single(lane_update, lanes, LANE_AXIS), seeds)
 
     def lane_init(seed_key, lane):
         learner_key, env_key, act_key, learn_key = jax.random.split(seed_key, 4)
@@ -100,7 +116,7 @@ def make_anakin(agent: Agent, env, geometry: Geometry, mesh: Mesh) -> Anakin:
 
     def device_init(seed_keys):
         per_seed = jax.vmap(lambda key: jax.vmap(lane_init, in_axes=(None, 0))(key, jnp.arange(lanes)))
-        return jax.tree.map(lambda x: x[None], per_seed(seed_keys))
+        return jax.tree.map(lambda x: x[None], per_seed(seed_keys))  # initialisation runs once: vmap is fine
 
     def device_run(state: RunnerState, num_updates):
         state = jax.tree.map(lambda x: x[0], state)

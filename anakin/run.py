@@ -12,8 +12,8 @@ import numpy as np
 import envs
 from agents import make_agent
 from anakin.config import AnakinConfig, geometry
-from anakin.program import CallStats, RunnerState, make_anakin
-from podracer.parallel import device_mesh, fetch_replicated
+from anakin.program import CallStats, RunnerState, anakin_mesh, make_anakin
+from podracer.parallel import fetch_replicated
 from podracer.runlog import RunLog, Stopwatch
 
 
@@ -79,7 +79,7 @@ def train(
     geo = geometry(config, len(devices))
     env = envs.make(env_name)
     agent = make_agent(agent_name, agent_config, env.spec, geo.num_updates)
-    program = make_anakin(agent, env, geo, device_mesh(devices))
+    program = make_anakin(agent, env, geo, anakin_mesh(devices, geo.lanes))
     total_steps = geo.num_updates * geo.steps_per_update
     log = RunLog(
         run_dir,

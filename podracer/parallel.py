@@ -22,9 +22,21 @@ LANE_AXIS = "lane"
 DATA_AXES = (DEVICE_AXIS, LANE_AXIS)
 
 
+def _bound_axes() -> tuple[str, ...]:
+    # Collectives over size-1 axes still cost a runtime call on some backends (XLA:CPU).
+    return tuple(axis for axis in DATA_AXES if jax.lax.axis_size(axis) > 1)
+
+
 def mean_over_replicas(tree):
     """Averages every leaf over all data replicas (devices x lanes)."""
-    return jax.lax.pmean(tree, DATA_AXES)
+    axes = _bound_axes()
+    return jax.lax.pmean(tree, axes) if axes else tree
+
+
+def sum_over_replicas(tree):
+    """Sums every leaf over all data replicas (devices x lanes)."""
+    axes = _bound_axes()
+    return jax.lax.psum(tree, axes) if axes else tree
 
 
 def masked_mean(x: jax.Array, mask: jax.Array) -> jax.Array:
@@ -37,20 +49,25 @@ def masked_mean(x: jax.Array, mask: jax.Array) -> jax.Array:
     masked mean.
 
     Args:
-      x: any shape.
-      mask: same shape as ``x``, bool or 0/1.
+      x: ``[*mask.shape, ...]``: the leading axes, those of ``mask``, are averaged;
+        stacking several quantities on a trailing axis averages them in one reduction.
+      mask: bool or 0/1.
+
+    Returns:
+      ``x.shape[mask.ndim:]``.
     """
     mask = mask.astype(x.dtype)
-    count = jax.lax.pmean(mask.sum(), DATA_AXES)
-    return (x * mask).sum() / jnp.where(count > 0, count, 1.0)
+    count = mean_over_replicas(mask.sum())
+    weights = mask.reshape(mask.shape + (1,) * (x.ndim - mask.ndim))
+    axes = tuple(range(mask.ndim))
+    return (x * weights).sum(axis=axes) / jnp.where(count > 0, count, 1.0)
 
 
 def global_masked_moments(x: jax.Array, mask: jax.Array) -> tuple[jax.Array, jax.Array]:
     """Mean and variance of ``x`` where ``mask`` over the global batch (no gradient)."""
     x = jax.lax.stop_gradient(x)
-    mean = mean_over_replicas(masked_mean(x, mask))
-    var = mean_over_replicas(masked_mean(jnp.square(x - mean), mask))
-    return mean, var
+    mean, mean_square = mean_over_replicas(masked_mean(jnp.stack([x, jnp.square(x)], axis=-1), mask))
+    return mean, jnp.maximum(mean_square - jnp.square(mean), 0.0)
 
 
 def single_replica(fn: Callable) -> Callable:
@@ -69,12 +86,39 @@ def single_replica(fn: Callable) -> Callable:
     return wrapped
 
 
-def device_mesh(devices: Sequence[jax.Device] | None = None) -> Mesh:
-    """A one-axis mesh (:data:`DEVICE_AXIS`) over ``devices`` (default: every device of every process)."""
+def device_mesh(devices: Sequence[jax.Device] | None = None, lane_axis: bool = True) -> Mesh:
+    """A mesh over ``devices`` (default: every device of every process).
+
+    With ``lane_axis`` its axes are ``(DEVICE_AXIS, LANE_AXIS)`` shaped ``(n, 1)``:
+    the trivial lane axis binds the second data-axis name at no cost, for
+    programs with one lane per device. Without it the mesh has ``DEVICE_AXIS``
+    alone and the caller binds ``LANE_AXIS`` itself (``vmap`` over lanes).
+    """
     if devices is None:
         devices = jax.devices()
-        return jax.make_mesh((len(devices),), (DEVICE_AXIS,), axis_types=(AxisType.Auto,))
-    return Mesh(np.asarray(devices), (DEVICE_AXIS,), axis_types=(AxisType.Auto,))
+        grid = jax.make_mesh((len(devices),), (DEVICE_AXIS,), axis_types=(AxisType.Auto,)).devices
+    else:
+        grid = np.asarray(devices)
+    if lane_axis:
+        return Mesh(grid.reshape(-1, 1), DATA_AXES, axis_types=(AxisType.Auto,) * 2)
+    return Mesh(grid, (DEVICE_AXIS,), axis_types=(AxisType.Auto,))
+
+
+def vmap_unless_single(fn: Callable, size: int, axis_name: str | None = None) -> Callable:
+    """``jax.vmap(fn)`` over a leading axis of ``size``, or a plain call when ``size`` is 1.
+
+    A size-1 ``vmap`` is not free on XLA:CPU (measured: it halved Anakin's
+    throughput), so single seeds and single lanes skip it. With ``size`` 1 the
+    caller must bind ``axis_name`` some other way (see :func:`device_mesh`).
+    """
+    if size > 1:
+        return jax.vmap(fn, axis_name=axis_name)
+
+    def call_once(*args):
+        out = fn(*jax.tree.map(lambda x: x[0], args))
+        return jax.tree.map(lambda x: x[None], out)
+
+    return call_once
 
 
 def fetch_replicated(tree):
