@@ -118,5 +118,5 @@ def gradient_step(loss_fn, optimizer: optax.GradientTransformation, state: Learn
     grads = mean_over_replicas(grads)
     updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
-    metrics = {**metrics, "loss": loss, "grad_norm": optax.global_norm(grads)}
+    metrics = {**metrics, "loss": loss, "grad_norm": optax.tree.norm(grads)}
     return LearnerState(params, opt_state, state.update), metrics

@@ -1,7 +1,10 @@
 """Anakin: environments, acting and learning together on every device, one compiled program."""
 
 from anakin.config import AnakinConfig, Geometry, geometry
-from anakin.program import Anakin, RunnerState, make_anakin
+from anakin.program import Anakin, RunnerState, anakin_mesh, make_anakin
 from anakin.run import AnakinResult, NonFiniteLossError, train
 
-__all__ = ["Anakin", "AnakinConfig", "AnakinResult", "Geometry", "NonFiniteLossError", "RunnerState", "geometry", "make_anakin", "train"]
+__all__ = [
+    "Anakin", "AnakinConfig", "AnakinResult", "Geometry", "NonFiniteLossError", "RunnerState",
+    "anakin_mesh", "geometry", "make_anakin", "train",
+]

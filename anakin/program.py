@@ -5,7 +5,9 @@ independent seeds and, within each seed, the update lanes (axis
 :data:`podracer.parallel.LANE_AXIS`). Each lane steps its own batch of
 environments with a ``lax.scan`` rollout and calls ``Agent.learn``, which
 averages gradients over lanes and devices. One call runs a ``fori_loop`` of
-many updates and returns only a handful of accumulated scalars to the host.
+many updates (or exactly one, where a device loop is slow: see
+:func:`anakin.config.loop_on_device`) and returns only a handful of
+accumulated scalars to the host.
 
 Every leaf of the global :class:`RunnerState` is laid out
 ``[devices, seeds, lanes, ...]`` and sharded over the device axis.
@@ -26,6 +28,7 @@ from podracer.parallel import (
     LANE_AXIS,
     device_mesh,
     mean_over_replicas,
+    shard_map,
     sum_over_replicas,
     vmap_unless_single,
 )
@@ -54,9 +57,11 @@ class CallStats(NamedTuple):
 
 class Anakin(NamedTuple):
     init: Callable[[int], RunnerState]  # seed -> global RunnerState
-    run: Callable[[RunnerState, jax.Array], tuple[RunnerState, CallStats]]  # (state, num updates) -> ...
+    # (state, num updates) -> (state, stats); with loop_on_device False it runs exactly one update.
+    run: Callable[[RunnerState, jax.Array], tuple[RunnerState, CallStats]]
     geometry: Geometry
     mesh: Mesh
+    loop_on_device: bool
 
 
 def _episode_sums(stats: EpisodeStats) -> tuple[jax.Array, jax.Array, jax.Array]:
@@ -74,10 +79,11 @@ def anakin_mesh(devices, lanes: int) -> Mesh:
     return device_mesh(devices, lane_axis=lanes == 1)
 
 
-def make_anakin(agent: Agent, env, geometry: Geometry, mesh: Mesh) -> Anakin:
+def make_anakin(agent: Agent, env, geometry: Geometry, mesh: Mesh, loop_on_device: bool = True) -> Anakin:
     """Builds the Anakin program for ``agent`` on the auto-resetting jittable ``env``.
 
-    ``mesh`` comes from :func:`anakin_mesh` for ``geometry.lanes``.
+    ``mesh`` comes from :func:`anakin_mesh` for ``geometry.lanes``; see
+    :func:`anakin.config.loop_on_device` for ``loop_on_device``.
     """
     lanes, num_envs, rollout_len = geometry.lanes, geometry.envs_per_lane, geometry.rollout_len
 
@@ -143,21 +149,19 @@ def make_anakin(agent: Agent, env, geometry: Geometry, mesh: Mesh) -> Anakin:
             zeros, zeros, zeros,
             jnp.full(geometry.num_seeds, -1, jnp.int32),
         )
-        state, stats = jax.lax.fori_loop(0, num_updates, body, (state, stats))
+        if loop_on_device:
+            state, stats = jax.lax.fori_loop(0, num_updates, body, (state, stats))
+        else:
+            state, stats = body(0, (state, stats))
         return jax.tree.map(lambda x: x[None], state), stats
-
-    def shard(fn, in_specs, out_specs):
-        # rlax's and mctx's loops start from unannotated constants, which the
-        # varying-axis check rejects; averaging is explicit, so it adds nothing here.
-        return jax.shard_map(fn, mesh=mesh, in_specs=in_specs, out_specs=out_specs, check_vma=False)
 
     @jax.jit
     def init(seed):
         seed_keys = jax.vmap(jax.random.key)(seed + jnp.arange(geometry.num_seeds))
-        return shard(device_init, in_specs=P(), out_specs=P(DEVICE_AXIS))(seed_keys)
+        return shard_map(device_init, mesh, in_specs=P(), out_specs=P(DEVICE_AXIS))(seed_keys)
 
     run = jax.jit(
-        shard(device_run, in_specs=(P(DEVICE_AXIS), P()), out_specs=(P(DEVICE_AXIS), P())),
+        shard_map(device_run, mesh, in_specs=(P(DEVICE_AXIS), P()), out_specs=(P(DEVICE_AXIS), P())),
         donate_argnums=0,
     )
-    return Anakin(init=init, run=run, geometry=geometry, mesh=mesh)
+    return Anakin(init=init, run=run, geometry=geometry, mesh=mesh, loop_on_device=loop_on_device)

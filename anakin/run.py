@@ -11,7 +11,7 @@ import numpy as np
 
 import envs
 from agents import make_agent
-from anakin.config import AnakinConfig, geometry
+from anakin.config import AnakinConfig, geometry, loop_on_device
 from anakin.program import CallStats, RunnerState, anakin_mesh, make_anakin
 from podracer.parallel import fetch_replicated
 from podracer.runlog import RunLog, Stopwatch
@@ -79,7 +79,8 @@ def train(
     geo = geometry(config, len(devices))
     env = envs.make(env_name)
     agent = make_agent(agent_name, agent_config, env.spec, geo.num_updates)
-    program = make_anakin(agent, env, geo, anakin_mesh(devices, geo.lanes))
+    on_device = loop_on_device(config.update_loop, len(env.spec.observation.shape))
+    program = make_anakin(agent, env, geo, anakin_mesh(devices, geo.lanes), on_device)
     total_steps = geo.num_updates * geo.steps_per_update
     log = RunLog(
         run_dir,
@@ -100,7 +101,8 @@ def train(
         log.message(
             f"anakin: {agent_name} on {env_name}, {geo.num_devices} device(s) x {geo.lanes} lane(s) x "
             f"{geo.envs_per_lane} envs x {geo.rollout_len} steps = {geo.steps_per_update:,} steps/update, "
-            f"{geo.num_updates} updates, {geo.num_seeds} seed(s)"
+            f"{geo.num_updates} updates, {geo.num_seeds} seed(s), "
+            f"{'a device loop of' if on_device else 'one update per call, logging every'} {geo.updates_per_call} updates"
         )
         start = time.perf_counter()
         state = program.init(config.seed)
@@ -110,25 +112,31 @@ def train(
         log.message(f"compiled in {compile_seconds:.1f}s")
 
         clock = Stopwatch()
-        done = 0
+        per_call = geo.updates_per_call if program.loop_on_device else 1
+        done, window, window_updates, window_start = 0, None, 0, 0.0
         while done < geo.num_updates:
-            n = min(geo.updates_per_call, geo.num_updates - done)
+            n = min(per_call, geo.num_updates - done)
             with clock:
                 state, stats = run(state, np.int32(n))
                 stats = fetch_replicated(stats)
             _check_finite(stats, done, config.seed)
             done += n
-            steps = n * geo.steps_per_update
-            record = {
+            window = stats if window is None else jax.tree.map(np.add, window, stats)
+            window_updates += n
+            if window_updates < geo.updates_per_call and done < geo.num_updates:
+                continue
+            seconds = clock.total - window_start
+            steps = window_updates * geo.steps_per_update
+            log.write({
                 "update": done,
                 "env_steps": done * geo.steps_per_update,
                 "time": clock.total,
-                "sps": steps * geo.num_seeds / clock.last,
-                "sps_per_seed": steps / clock.last,
-                **_episode_means(stats),
-                **{key: float(np.mean(value)) / n for key, value in stats.metrics.items()},
-            }
-            log.write(record)
+                "sps": steps * geo.num_seeds / seconds,
+                "sps_per_seed": steps / seconds,
+                **_episode_means(window),
+                **{key: float(np.mean(value)) / window_updates for key, value in window.metrics.items()},
+            })
+            window, window_updates, window_start = None, 0, clock.total
         log.message(
             f"done: {total_steps:,} env steps per seed in {clock.total:.1f}s "
             f"({total_steps * geo.num_seeds / clock.total:,.0f} steps/s after a {compile_seconds:.1f}s compile)"

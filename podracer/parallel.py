@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.sharding import AxisType, Mesh
+from jax.sharding import PartitionSpec as P
 
 DEVICE_AXIS = "device"
 LANE_AXIS = "lane"
@@ -119,6 +120,35 @@ def vmap_unless_single(fn: Callable, size: int, axis_name: str | None = None) ->
         return jax.tree.map(lambda x: x[None], out)
 
     return call_once
+
+
+def shard_map(fn: Callable, mesh: Mesh, in_specs, out_specs) -> Callable:
+    """``jax.shard_map`` without its varying-axis check.
+
+    rlax's and mctx's loops start from unannotated constants, which the check
+    rejects; agents average over replicas explicitly, so it adds nothing here.
+    """
+    return jax.shard_map(fn, mesh=mesh, in_specs=in_specs, out_specs=out_specs, check_vma=False)
+
+
+TRAJECTORY_SPEC = P(None, DEVICE_AXIS)  # [T, B, ...] arrays split along the batch axis
+
+
+def data_parallel_learn(learn: Callable, mesh: Mesh) -> Callable:
+    """``learn`` compiled to run data-parallel over ``mesh``.
+
+    The learner state is replicated, the trajectory split along its batch axis
+    (:data:`TRAJECTORY_SPEC`); each device learns from its share and the agent
+    averages gradients, so the state stays replicated. Metrics come back
+    averaged over replicas. The input state is donated.
+    """
+
+    def replica_learn(state, traj, key):
+        state, metrics = learn(state, traj, key)
+        return state, mean_over_replicas(metrics)
+
+    sharded = shard_map(replica_learn, mesh, in_specs=(P(), TRAJECTORY_SPEC, P()), out_specs=(P(), P()))
+    return jax.jit(sharded, donate_argnums=0)
 
 
 def fetch_replicated(tree):

@@ -1,0 +1,117 @@
+"""Anakin: batch checks before compiling, determinism, layouts over devices and lanes, seeds, NaN stops."""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import envs
+from agents import PPOConfig
+from anakin import AnakinConfig, NonFiniteLossError, anakin_mesh, geometry, make_anakin, train
+from podracer.types import Agent
+
+SMALL_PPO = dataclasses.replace(PPOConfig(), num_epochs=2, num_minibatches=2, learning_rate=1e-3)
+
+
+def _params(result):
+    """Parameters of seed 0 as seen on device 0 (all replicas hold the same)."""
+    return jax.tree.map(lambda x: np.asarray(x.addressable_data(0))[0, 0, 0], result.state.learner.params)
+
+
+def _train(config, agent_config=SMALL_PPO, env="catch", agent="ppo"):
+    return train(agent, agent_config, env, config, run_dir=None, quiet=True)
+
+
+def _assert_close(a, b, **tol):
+    jax.tree.map(lambda x, y: np.testing.assert_allclose(x, y, **tol), a, b)
+
+
+def test_batch_that_does_not_split_over_devices_fails_before_compiling():
+    with pytest.raises(ValueError, match=r"--num-envs 100 does not split evenly over 8 device\(s\) x 1 lane\(s\).*multiple of 8 \(e.g. 96 or 104\)"):
+        geometry(AnakinConfig(num_envs=100), 8)
+    with pytest.raises(ValueError, match=r"--num-envs 64 .* 8 device\(s\) x 3 lane\(s\) = 24 replicas"):
+        geometry(AnakinConfig(num_envs=64, lanes=3), 8)
+    with pytest.raises(ValueError, match="--rollout-len must be at least 1"):
+        geometry(AnakinConfig(rollout_len=0), 8)
+    with pytest.raises(ValueError, match="--num-devices 9 asks for more than the 8"):
+        _train(AnakinConfig(num_devices=9))
+
+
+def test_minibatches_that_do_not_divide_the_replica_batch_fail_while_tracing():
+    config = AnakinConfig(num_envs=8, rollout_len=5, total_env_steps=80)
+    with pytest.raises(ValueError, match=r"rollout_len x envs = 5 x 1 = 5 transitions, which --num-minibatches 2"):
+        _train(config)
+
+
+def test_same_seed_gives_identical_parameters():
+    config = AnakinConfig(num_envs=16, rollout_len=8, total_env_steps=4096, num_devices=2, seed=3)
+    first, second = _train(config), _train(config)
+    jax.tree.map(np.testing.assert_array_equal, _params(first), _params(second))
+    other = _train(dataclasses.replace(config, seed=4))
+    assert not np.allclose(jax.tree.leaves(_params(first))[0], jax.tree.leaves(_params(other))[0])
+
+
+@pytest.mark.parametrize("devices, lanes", [(4, 2), (1, 8)])
+def test_replicas_give_the_same_training_however_laid_out_over_devices_and_lanes(devices, lanes):
+    """8 replicas as 8 devices x 1 lane, 4 x 2 or 1 x 8: the same run, gradients averaged over all."""
+    base = AnakinConfig(num_envs=32, rollout_len=8, total_env_steps=32 * 8 * 6, num_devices=8, lanes=1)
+    reference = _train(base)
+    other = _train(dataclasses.replace(base, num_devices=devices, lanes=lanes))
+    _assert_close(_params(reference), _params(other), rtol=1e-4, atol=1e-5)
+    assert reference.records[-1]["episodes"] == other.records[-1]["episodes"]
+
+
+def test_seeds_train_independently_in_one_program():
+    config = AnakinConfig(num_envs=16, rollout_len=8, total_env_steps=16 * 8 * 5, num_devices=2, seed=5)
+    together = _train(dataclasses.replace(config, num_seeds=2))
+    alone = _train(dataclasses.replace(config, seed=6))
+    seed_1 = jax.tree.map(lambda x: np.asarray(x.addressable_data(0))[0, 1, 0], together.state.learner.params)
+    _assert_close(seed_1, _params(alone), rtol=1e-4, atol=1e-5)
+    record = together.records[-1]
+    assert len(record["episode_return_per_seed"]) == 2
+    assert record["episode_return_min"] <= record["episode_return"] <= record["episode_return_max"]
+
+
+def _nan_agent(bad_update):
+    """Learns nothing; its loss turns NaN at update ``bad_update`` (1-based)."""
+
+    def learn(state, traj, key):
+        update = state + 1
+        return update, {"loss": jnp.where(update >= bad_update, jnp.nan, 0.0)}
+
+    def act(params, obs, key):
+        return jnp.zeros(obs.shape[0], jnp.int32), {}
+
+    return Agent(init=lambda key: jnp.int32(0), actor_params=lambda s: s, act=act, learn=learn)
+
+
+def test_a_non_finite_loss_stops_the_run_naming_the_update(monkeypatch):
+    import anakin.run
+
+    monkeypatch.setattr(anakin.run, "make_agent", lambda *args: _nan_agent(bad_update=7))
+    config = AnakinConfig(num_envs=8, rollout_len=4, total_env_steps=8 * 4 * 20, log_interval=8 * 4 * 5)
+    with pytest.raises(NonFiniteLossError, match=r"non-finite at update 7 \(seed 0\)"):
+        _train(config)
+
+
+def test_program_runs_many_updates_per_call_without_recompiling():
+    env = envs.make("catch")
+    geo = geometry(AnakinConfig(num_envs=8, rollout_len=4, total_env_steps=8 * 4 * 10), 8)
+    program = make_anakin(_nan_agent(bad_update=1000), env, geo, anakin_mesh(jax.devices(), 1))
+    state = program.init(0)
+    state, stats = program.run(state, np.int32(3))
+    state, stats = program.run(state, np.int32(5))
+    assert program.run._cache_size() == 1
+    assert int(np.asarray(state.learner.addressable_data(0))[0, 0, 0]) == 8
+
+
+def test_host_and_device_update_loops_train_identically():
+    config = AnakinConfig(num_envs=16, rollout_len=8, total_env_steps=16 * 8 * 6, num_devices=2, log_interval=16 * 8 * 3)
+    on_device = _train(dataclasses.replace(config, update_loop="device"))
+    on_host = _train(dataclasses.replace(config, update_loop="host"))
+    _assert_close(_params(on_device), _params(on_host), rtol=1e-5, atol=1e-6)
+    assert [r["env_steps"] for r in on_device.records] == [r["env_steps"] for r in on_host.records]
+    with pytest.raises(ValueError, match="--update-loop must be one of"):
+        _train(dataclasses.replace(config, update_loop="gpu"))

@@ -1,0 +1,64 @@
+"""The podracer command: a run directory with config, metrics and TensorBoard events; plots; clear errors."""
+
+import json
+import os
+
+import pytest
+
+from experiments.cli import main
+
+
+def test_anakin_run_writes_its_run_directory_and_plots(tmp_path, capsys):
+    run_dir = str(tmp_path / "run")
+    code = main(["anakin", "--preset", "catch_ppo", "--total-env-steps", "20000", "--log-interval", "5000",
+                 "--num-devices", "2", "--logdir", run_dir])
+    assert code == 0
+    out, err = capsys.readouterr()
+    assert "RESULT architecture=anakin agent=ppo env=catch" in out
+    assert "compiled in" in err and "steps/s" in err and "ETA" in err
+    config = json.load(open(os.path.join(run_dir, "config.json")))
+    assert config["anakin"]["num_envs"] == 64 and config["agent_config"]["learning_rate"] == 1e-3
+    records = [json.loads(line) for line in open(os.path.join(run_dir, "metrics.jsonl"))]
+    assert len(records) >= 3
+    for key in ("env_steps", "sps", "episode_return", "loss", "time"):
+        assert key in records[-1]
+    assert [r["env_steps"] for r in records] == sorted(r["env_steps"] for r in records)
+    assert any(name.startswith("events.out.tfevents") for name in os.listdir(run_dir))
+
+    png = str(tmp_path / "curves.png")
+    assert main(["plot", run_dir, "--out", png]) == 0
+    assert open(png, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_anakin_refuses_a_used_run_directory(tmp_path, capsys):
+    run_dir = str(tmp_path / "run")
+    args = ["anakin", "--preset", "catch_ppo", "--total-env-steps", "2048", "--num-devices", "1", "--logdir", run_dir, "--quiet"]
+    assert main(args) == 0
+    assert main(args) == 2
+    assert "already holds a run" in capsys.readouterr().err
+
+
+def test_bad_batch_configuration_is_reported_without_a_traceback(capsys):
+    assert main(["anakin", "--num-envs", "12", "--num-devices", "8", "--quiet"]) == 2
+    assert "--num-envs 12 does not split evenly over 8 device(s)" in capsys.readouterr().err
+
+
+def test_help_lists_the_knobs_of_the_chosen_agent(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["anakin", "--agent", "impala", "--help"])
+    assert exit_info.value.code == 0
+    text = capsys.readouterr().out
+    for flag in ("--num-envs", "--lanes", "--num-seeds", "--vtrace-lambda", "--clip-rho", "--learning-rate"):
+        assert flag in text
+    assert "--num-minibatches" not in text
+
+
+def test_presets_and_unknown_commands(capsys):
+    assert main(["presets"]) == 0
+    assert "cartpole_ppo (default)" in capsys.readouterr().out
+    assert main(["fly"]) == 2
+
+
+def test_plot_reports_a_directory_without_metrics(tmp_path, capsys):
+    assert main(["plot", str(tmp_path)]) == 2
+    assert "has no metrics.jsonl" in capsys.readouterr().err

@@ -1,0 +1,110 @@
+"""PPO and IMPALA losses against hand-written numpy references."""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from agents.impala import ImpalaConfig, vtrace_loss
+from agents.ppo import PPOConfig, ppo_loss
+from podracer.parallel import single_replica
+from podracer.types import Trajectory
+
+
+def _log_softmax(x):
+    x = x - x.max(-1, keepdims=True)
+    return x - np.log(np.exp(x).sum(-1, keepdims=True))
+
+
+def _ppo_reference(logits, values, action, old_logp, old_value, adv, target, valid, cfg):
+    valid = valid.astype(np.float64)
+    logp_all = _log_softmax(logits.astype(np.float64))
+    logp = logp_all[np.arange(len(action)), action]
+    mean = (adv * valid).sum() / valid.sum()
+    std = np.sqrt((((adv - mean) ** 2) * valid).sum() / valid.sum())
+    adv = (adv - mean) / (std + 1e-8)
+    ratio = np.exp(logp - old_logp)
+    surrogate = np.minimum(ratio * adv, np.clip(ratio, 1 - cfg.clip_eps, 1 + cfg.clip_eps) * adv)
+    policy = -(surrogate * valid).sum() / valid.sum()
+    clipped_v = old_value + np.clip(values - old_value, -cfg.clip_eps, cfg.clip_eps)
+    v_err = np.maximum((values - target) ** 2, (clipped_v - target) ** 2)
+    value = 0.5 * (v_err * valid).sum() / valid.sum()
+    entropy = (-(np.exp(logp_all) * logp_all).sum(-1) * valid).sum() / valid.sum()
+    return policy + cfg.value_coef * value - cfg.entropy_coef * entropy, policy, value, entropy
+
+
+def test_ppo_loss_matches_reference_and_ignores_invalid_steps():
+    rng = np.random.default_rng(0)
+    n, a = 32, 4
+    args = dict(
+        logits=rng.normal(size=(n, a)).astype(np.float32),
+        values=rng.normal(size=n).astype(np.float32),
+        action=rng.integers(a, size=n).astype(np.int32),
+        old_logp=np.log(rng.uniform(0.1, 0.5, size=n)).astype(np.float32),
+        old_value=rng.normal(size=n).astype(np.float32),
+        adv=rng.normal(size=n).astype(np.float32),
+        target=rng.normal(size=n).astype(np.float32),
+        valid=rng.random(n) > 0.25,
+    )
+    cfg = PPOConfig()
+    loss_fn = single_replica(lambda *xs: ppo_loss(*xs, cfg))
+    loss, metrics = loss_fn(*args.values())
+    ref_loss, ref_policy, ref_value, ref_entropy = _ppo_reference(*args.values(), cfg)
+    np.testing.assert_allclose(loss, ref_loss, rtol=1e-5)
+    np.testing.assert_allclose(metrics["policy_loss"], ref_policy, rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(metrics["value_loss"], ref_value, rtol=1e-5)
+    np.testing.assert_allclose(metrics["entropy"], ref_entropy, rtol=1e-5)
+    # Garbage on invalid (auto-reset) steps changes nothing.
+    garbage = dict(args)
+    for key in ("values", "adv", "target", "old_value"):
+        garbage[key] = np.where(args["valid"], args[key], 1e6).astype(np.float32)
+    np.testing.assert_allclose(loss_fn(*garbage.values())[0], loss, rtol=1e-6)
+
+
+def test_ppo_value_clipping_is_optional():
+    cfg = dataclasses.replace(PPOConfig(), clip_value=False, entropy_coef=0.0, normalize_advantages=False)
+    n = 8
+    values, target = jnp.arange(n, dtype=jnp.float32), jnp.zeros(n)
+    zeros = jnp.zeros(n)
+    _, metrics = single_replica(lambda *xs: ppo_loss(*xs, cfg))(
+        jnp.zeros((n, 2)), values, jnp.zeros(n, jnp.int32), jnp.log(jnp.full(n, 0.5)), values + 100.0, zeros, target,
+        jnp.ones(n, bool),
+    )
+    np.testing.assert_allclose(metrics["value_loss"], 0.5 * np.mean(np.arange(n) ** 2))
+
+
+def test_impala_loss_matches_vtrace_reference():
+    rng = np.random.default_rng(1)
+    t, b, a = 6, 2, 3
+    logits = rng.normal(size=(t, b, a)).astype(np.float32)
+    values = rng.normal(size=(t + 1, b)).astype(np.float32)
+    action = rng.integers(a, size=(t, b)).astype(np.int32)
+    behaviour_logp = np.log(rng.uniform(0.2, 0.6, size=(t, b))).astype(np.float32)
+    traj = Trajectory(
+        obs=None, action=action, reward=rng.normal(size=(t, b)).astype(np.float32),
+        discount=np.ones((t, b), np.float32), valid=np.ones((t, b), bool), extras={"log_prob": behaviour_logp},
+    )
+    cfg = ImpalaConfig(gamma=0.9)
+    loss, metrics = single_replica(lambda l, v, tr: vtrace_loss(l, v, tr, cfg))(logits, values, traj)
+
+    logp_all = _log_softmax(logits.astype(np.float64))
+    logp = np.take_along_axis(logp_all, action[..., None], -1)[..., 0]
+    rho = np.exp(logp - behaviour_logp)
+    policy_terms, value_terms = [], []
+    for j in range(b):
+        vs = values[:-1, j].astype(np.float64).copy()
+        for s in range(t):  # vs_s = V(x_s) + sum_t gamma^(t-s) (prod c) rho_t delta_t
+            weight = 1.0
+            for k in range(s, t):
+                delta = min(1.0, rho[k, j]) * (traj.reward[k, j] + 0.9 * values[k + 1, j] - values[k, j])
+                vs[s] += weight * delta
+                weight *= 0.9 * min(1.0, rho[k, j])
+        next_vs = np.append(vs[1:], values[-1, j])
+        pg_adv = np.minimum(1.0, rho[:, j]) * (traj.reward[:, j] + 0.9 * next_vs - values[:-1, j])
+        policy_terms.append(-logp[:, j] * pg_adv)
+        value_terms.append(0.5 * (vs - values[:-1, j]) ** 2)
+    entropy = -(np.exp(logp_all) * logp_all).sum(-1).mean()
+    np.testing.assert_allclose(metrics["policy_loss"], np.mean(policy_terms), rtol=1e-4)
+    np.testing.assert_allclose(metrics["value_loss"], np.mean(value_terms), rtol=1e-4)
+    np.testing.assert_allclose(loss, np.mean(policy_terms) + 0.5 * np.mean(value_terms) - 0.01 * entropy, rtol=1e-4)
