@@ -3,6 +3,7 @@
 from agents.actor_critic import ActorCriticConfig, LearnerState
 from agents.impala import ImpalaConfig, make_impala
 from agents.ppo import PPOConfig, make_ppo
+from agents.random_policy import make_random_policy
 
 AGENTS = {"ppo": (PPOConfig, make_ppo), "impala": (ImpalaConfig, make_impala)}
 
@@ -14,4 +15,7 @@ def make_agent(name: str, config, spec, num_updates: int | None = None):
     return AGENTS[name][1](config, spec, num_updates)
 
 
-__all__ = ["AGENTS", "ActorCriticConfig", "ImpalaConfig", "LearnerState", "PPOConfig", "make_agent", "make_impala", "make_ppo"]
+__all__ = [
+    "AGENTS", "ActorCriticConfig", "ImpalaConfig", "LearnerState", "PPOConfig",
+    "make_agent", "make_impala", "make_ppo", "make_random_policy",
+]

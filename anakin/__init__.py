@@ -2,9 +2,9 @@
 
 from anakin.config import AnakinConfig, Geometry, geometry
 from anakin.program import Anakin, RunnerState, anakin_mesh, make_anakin
-from anakin.run import AnakinResult, NonFiniteLossError, train
+from anakin.run import AnakinResult, NonFiniteLossError, train, train_agent
 
 __all__ = [
     "Anakin", "AnakinConfig", "AnakinResult", "Geometry", "NonFiniteLossError", "RunnerState",
-    "anakin_mesh", "geometry", "make_anakin", "train",
+    "anakin_mesh", "geometry", "make_anakin", "train", "train_agent",
 ]

@@ -15,6 +15,7 @@ from anakin.config import AnakinConfig, geometry, loop_on_device
 from anakin.program import CallStats, RunnerState, anakin_mesh, make_anakin
 from podracer.parallel import fetch_replicated
 from podracer.runlog import RunLog, Stopwatch
+from podracer.types import Agent
 
 
 class NonFiniteLossError(RuntimeError):
@@ -75,10 +76,25 @@ def train(
     quiet: bool = False,
 ) -> AnakinResult:
     """Trains ``agent_name`` on ``env_name`` with Anakin; see ``podracer anakin --help``."""
+    env = envs.make(env_name)
+    num_updates = geometry(config, len(select_devices(config.num_devices))).num_updates
+    agent = make_agent(agent_name, agent_config, env.spec, num_updates)
+    about = {"agent": agent_name, "env": env_name, "agent_config": dataclasses.asdict(agent_config)}
+    return train_agent(agent, env, config, run_dir, quiet, about)
+
+
+def train_agent(
+    agent: Agent,
+    env,
+    config: AnakinConfig,
+    run_dir: str | None = None,
+    quiet: bool = False,
+    about: dict | None = None,
+) -> AnakinResult:
+    """Runs any :class:`Agent` on an auto-resetting jittable ``env``; ``about`` goes into ``config.json``."""
+    about = about or {}
     devices = select_devices(config.num_devices)
     geo = geometry(config, len(devices))
-    env = envs.make(env_name)
-    agent = make_agent(agent_name, agent_config, env.spec, geo.num_updates)
     on_device = loop_on_device(config.update_loop, len(env.spec.observation.shape))
     program = make_anakin(agent, env, geo, anakin_mesh(devices, geo.lanes), on_device)
     total_steps = geo.num_updates * geo.steps_per_update
@@ -86,10 +102,8 @@ def train(
         run_dir,
         {
             "architecture": "anakin",
-            "agent": agent_name,
-            "env": env_name,
+            **about,
             "anakin": dataclasses.asdict(config),
-            "agent_config": dataclasses.asdict(agent_config),
             "geometry": geo._asdict(),
             "devices": [str(d) for d in devices],
             "jax_version": jax.__version__,
@@ -99,9 +113,9 @@ def train(
     )
     try:
         log.message(
-            f"anakin: {agent_name} on {env_name}, {geo.num_devices} device(s) x {geo.lanes} lane(s) x "
-            f"{geo.envs_per_lane} envs x {geo.rollout_len} steps = {geo.steps_per_update:,} steps/update, "
-            f"{geo.num_updates} updates, {geo.num_seeds} seed(s), "
+            f"anakin: {about.get('agent', 'agent')} on {about.get('env', 'env')}, {geo.num_devices} device(s) x "
+            f"{geo.lanes} lane(s) x {geo.envs_per_lane} envs x {geo.rollout_len} steps = "
+            f"{geo.steps_per_update:,} steps/update, {geo.num_updates} updates, {geo.num_seeds} seed(s), "
             f"{'a device loop of' if on_device else 'one update per call, logging every'} {geo.updates_per_call} updates"
         )
         start = time.perf_counter()

@@ -9,7 +9,7 @@ import pytest
 
 import envs
 from agents import PPOConfig
-from anakin import AnakinConfig, NonFiniteLossError, anakin_mesh, geometry, make_anakin, train
+from anakin import AnakinConfig, NonFiniteLossError, anakin_mesh, geometry, make_anakin, train, train_agent
 from podracer.types import Agent
 
 SMALL_PPO = dataclasses.replace(PPOConfig(), num_epochs=2, num_minibatches=2, learning_rate=1e-3)
@@ -87,13 +87,12 @@ def _nan_agent(bad_update):
     return Agent(init=lambda key: jnp.int32(0), actor_params=lambda s: s, act=act, learn=learn)
 
 
-def test_a_non_finite_loss_stops_the_run_naming_the_update(monkeypatch):
-    import anakin.run
-
-    monkeypatch.setattr(anakin.run, "make_agent", lambda *args: _nan_agent(bad_update=7))
-    config = AnakinConfig(num_envs=8, rollout_len=4, total_env_steps=8 * 4 * 20, log_interval=8 * 4 * 5)
+@pytest.mark.parametrize("update_loop", ["device", "host"])
+def test_a_non_finite_loss_stops_the_run_naming_the_update(update_loop):
+    config = AnakinConfig(num_envs=8, rollout_len=4, total_env_steps=8 * 4 * 20, log_interval=8 * 4 * 5,
+                          update_loop=update_loop)
     with pytest.raises(NonFiniteLossError, match=r"non-finite at update 7 \(seed 0\)"):
-        _train(config)
+        train_agent(_nan_agent(bad_update=7), envs.make("catch"), config, quiet=True)
 
 
 def test_program_runs_many_updates_per_call_without_recompiling():

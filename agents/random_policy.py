@@ -1,0 +1,21 @@
+"""A uniformly random policy that learns nothing: the environment-only limit of an architecture."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from podracer.types import Agent, EnvSpec
+
+
+def make_random_policy(spec: EnvSpec) -> Agent:
+    """Acts uniformly at random; ``learn`` only counts updates (its loss is 0)."""
+
+    def act(params, obs, key):
+        batch = jax.tree.leaves(obs)[0].shape[0]
+        return jax.random.randint(key, (batch,), 0, spec.num_actions, jnp.int32), {}
+
+    def learn(state, traj, key):
+        return state + 1, {"loss": jnp.float32(0.0)}
+
+    return Agent(init=lambda key: jnp.int32(0), actor_params=lambda state: state, act=act, learn=learn)
