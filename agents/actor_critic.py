@@ -64,7 +64,7 @@ def build(config: ActorCriticConfig, spec: EnvSpec, optimizer_steps: int | None)
         optax.clip_by_global_norm(config.max_grad_norm),
         optax.adam(learning_rate, eps=config.adam_eps),
     ))
-    has_conv = config.torso in ("conv", "nature_cnn") or (config.torso == "auto" and len(obs_shape) >= 3)
+    has_conv = config.torso not in ("auto", "mlp") or (config.torso == "auto" and len(obs_shape) >= 3)
     return ActorCriticParts(network, optimizer, has_conv)
 
 

@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-TORSOS = ("auto", "mlp", "conv", "nature_cnn")
+TORSOS = ("auto", "mlp", "conv", "nature_cnn", "impala_resnet")
 
 
 def _orthogonal(scale: float = np.sqrt(2)):
@@ -62,6 +62,33 @@ class NatureCNN(nn.Module):
         return nn.relu(nn.Dense(512, kernel_init=_orthogonal())(x))
 
 
+class ResidualBlock(nn.Module):
+    channels: int
+
+    @nn.compact
+    def __call__(self, x):
+        y = nn.Conv(self.channels, (3, 3), kernel_init=_orthogonal())(nn.relu(x))
+        y = nn.Conv(self.channels, (3, 3), kernel_init=_orthogonal())(nn.relu(y))
+        return x + y
+
+
+class ImpalaResNet(nn.Module):
+    """The IMPALA paper's deep torso: three (conv, max-pool, 2 residual blocks) stages, then 256 units."""
+
+    channels: Sequence[int] = (16, 32, 32)
+
+    @nn.compact
+    def __call__(self, x):
+        x = _as_float(x)
+        for channels in self.channels:
+            x = nn.Conv(channels, (3, 3), kernel_init=_orthogonal())(x)
+            x = nn.max_pool(x, (3, 3), strides=(2, 2), padding="SAME")
+            x = ResidualBlock(channels)(x)
+            x = ResidualBlock(channels)(x)
+        x = nn.relu(x).reshape((x.shape[0], -1))
+        return nn.relu(nn.Dense(256, kernel_init=_orthogonal())(x))
+
+
 def make_torso(kind: str, obs_shape: Sequence[int], hidden_sizes: Sequence[int] = (64, 64)) -> Callable[[], nn.Module]:
     """A factory for the torso ``kind`` (``auto`` picks by observation rank and size)."""
     if kind == "auto":
@@ -73,6 +100,7 @@ def make_torso(kind: str, obs_shape: Sequence[int], hidden_sizes: Sequence[int] 
         "mlp": lambda: MLP(tuple(hidden_sizes)),
         "conv": SmallConv,
         "nature_cnn": NatureCNN,
+        "impala_resnet": ImpalaResNet,
     }
     if kind not in factories:
         raise ValueError(f"unknown torso {kind!r}: choose one of {TORSOS}")

@@ -13,13 +13,10 @@ import envs
 from agents import make_agent
 from anakin.config import AnakinConfig, geometry, loop_on_device
 from anakin.program import CallStats, RunnerState, anakin_mesh, make_anakin
+from podracer.errors import NonFiniteLossError
 from podracer.parallel import fetch_replicated
 from podracer.runlog import RunLog, Stopwatch
 from podracer.types import Agent
-
-
-class NonFiniteLossError(RuntimeError):
-    """The loss became NaN or infinite; the message names the update and seed."""
 
 
 class AnakinResult(NamedTuple):

@@ -135,15 +135,17 @@ TRAJECTORY_SPEC = P(None, DEVICE_AXIS)  # [T, B, ...] arrays split along the bat
 
 
 def data_parallel_learn(learn: Callable, mesh: Mesh) -> Callable:
-    """``learn`` compiled to run data-parallel over ``mesh``.
+    """``learn`` compiled to run data-parallel over ``mesh``: ``(state, trajectories, key) -> (state, metrics)``.
 
-    The learner state is replicated, the trajectory split along its batch axis
-    (:data:`TRAJECTORY_SPEC`); each device learns from its share and the agent
-    averages gradients, so the state stays replicated. Metrics come back
-    averaged over replicas. The input state is donated.
+    ``trajectories`` is a tuple of trajectories, each split along its batch axis
+    over the devices (:data:`TRAJECTORY_SPEC`); every device concatenates its
+    shares locally (no data moves between devices) and learns from them, and the
+    agent averages gradients, so the replicated state stays replicated. Metrics
+    come back averaged over replicas. The input state is donated.
     """
 
-    def replica_learn(state, traj, key):
+    def replica_learn(state, trajectories, key):
+        traj = jax.tree.map(lambda *parts: jnp.concatenate(parts, axis=1), *trajectories)
         state, metrics = learn(state, traj, key)
         return state, mean_over_replicas(metrics)
 

@@ -118,7 +118,8 @@ class RunLog:
         fraction = steps / self.total_env_steps if self.total_env_steps else 1.0
         sps = record.get("sps")
         remaining = max(self.total_env_steps - steps, 0)
-        eta = _duration(remaining / record["sps_per_seed"]) if record.get("sps_per_seed") else "-"
+        rate = record.get("sps_per_seed") or sps  # env steps per second along the x-axis
+        eta = _duration(remaining / rate) if rate else "-"
         parts = [
             f"env steps {steps:,}/{self.total_env_steps:,} ({100 * min(fraction, 1.0):.0f}%)",
             f"{sps:,.0f} steps/s" if sps else "- steps/s",

@@ -75,7 +75,7 @@ def test_one_device_and_eight_devices_give_the_same_update(agent_name, config):
         state = jax.device_put(agent.init(jax.random.key(1)), NamedSharding(mesh, P()))
         sharded_traj = jax.device_put(traj, NamedSharding(mesh, TRAJECTORY_SPEC))
         for i in range(2):
-            state, metrics = learn(state, sharded_traj, jax.random.key(2 + i))
+            state, metrics = learn(state, (sharded_traj,), jax.random.key(2 + i))
         results.append((jax.device_get(state.params), jax.device_get(metrics)))
     (params_1, metrics_1), (params_8, metrics_8) = results
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=2e-4, atol=2e-6), params_1, params_8)

@@ -1,0 +1,124 @@
+"""Sebulba's knobs, the device split and the batch geometry, checked before anything starts."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from typing import NamedTuple
+
+import jax
+
+from podracer.config import knob
+
+SYNC_MODES = ("throughput", "reproducible")
+
+
+@dataclasses.dataclass(frozen=True)
+class SebulbaConfig:
+    actor_devices: str = knob(
+        "auto", "comma-separated local device indices for acting, or 'cpu' for inference on the host CPU "
+        "(auto: device 0)")
+    learner_devices: str = knob(
+        "auto", "comma-separated local device indices for learning (auto: every other device, or device 0 if alone)")
+    actor_threads: int = knob(1, "Python actor threads per actor device, each with its own envpool batch")
+    envs_per_thread: int = knob(16, "environments per actor thread: the actor batch of one inference call")
+    rollout_len: int = knob(32, "agent steps per environment in one trajectory")
+    total_env_steps: int = knob(1_000_000, "agent steps to train for, over all environments (frames = steps x frame-skip)")
+    queue_size: int = knob(1, "trajectories each actor thread may have waiting for the learner; more means more "
+                           "off-policy data and more memory")
+    sync: str = knob("throughput", "throughput: actors use the newest parameters; reproducible: rollout k uses "
+                     "exactly the parameters after update k-1, so a run is reproducible from its seed")
+    seed: int = knob(0, "random seed")
+    log_interval: int = knob(0, "agent steps between log lines; 0 means about 20 lines per run")
+
+
+class Topology(NamedTuple):
+    actor_devices: tuple[jax.Device, ...]
+    learner_devices: tuple[jax.Device, ...]
+
+
+class Geometry(NamedTuple):
+    """How one learner update's batch is laid out."""
+
+    actor_threads: int  # in total, over all actor devices
+    envs_per_thread: int
+    rollout_len: int
+    num_learners: int
+    num_updates: int
+    updates_per_log: int
+
+    @property
+    def steps_per_update(self) -> int:
+        return self.actor_threads * self.envs_per_thread * self.rollout_len
+
+    @property
+    def envs_per_learner(self) -> int:
+        """Environments in each learner device's share of one update."""
+        return self.actor_threads * self.envs_per_thread // self.num_learners
+
+
+def _parse_indices(text: str, flag: str, devices: list[jax.Device]) -> tuple[jax.Device, ...]:
+    try:
+        indices = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise ValueError(f"{flag} takes comma-separated device indices such as 0 or 1,2,3, got {text!r}") from None
+    if not indices:
+        raise ValueError(f"{flag} names no device")
+    bad = [i for i in indices if not 0 <= i < len(devices)]
+    if bad:
+        raise ValueError(f"{flag} {text}: this host has {len(devices)} device(s), indices 0-{len(devices) - 1}")
+    if len(set(indices)) != len(indices):
+        raise ValueError(f"{flag} {text} names a device twice")
+    return tuple(devices[i] for i in indices)
+
+
+def topology(config: SebulbaConfig) -> Topology:
+    """The actor and learner devices of this host (they may overlap on a single-device host)."""
+    devices = jax.local_devices()
+    if config.actor_devices == "cpu":
+        actors = (jax.local_devices(backend="cpu")[0],)
+    elif config.actor_devices == "auto":
+        actors = (devices[0],)
+    else:
+        actors = _parse_indices(config.actor_devices, "--actor-devices", devices)
+    if config.learner_devices == "auto":
+        rest = tuple(d for d in devices if d not in actors)
+        learners = rest or (devices[0],)
+    else:
+        learners = _parse_indices(config.learner_devices, "--learner-devices", devices)
+    return Topology(actors, learners)
+
+
+def default_env_threads(total_actor_threads: int) -> int:
+    """envpool threads per actor thread when not set: the host's cores shared out."""
+    return max(1, (os.cpu_count() or 1) // total_actor_threads)
+
+
+def geometry(config: SebulbaConfig, topo: Topology) -> Geometry:
+    """Checks the batch knobs against the devices, with errors that say what to change."""
+    for name in ("actor_threads", "envs_per_thread", "rollout_len", "total_env_steps", "queue_size"):
+        if getattr(config, name) < 1:
+            raise ValueError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(config, name)}")
+    if config.sync not in SYNC_MODES:
+        raise ValueError(f"--sync must be one of {SYNC_MODES}, got {config.sync!r}")
+    if config.log_interval < 0:
+        raise ValueError(f"--log-interval must be 0 (auto) or positive, got {config.log_interval}")
+    learners = len(topo.learner_devices)
+    if config.envs_per_thread % learners:
+        raise ValueError(
+            f"--envs-per-thread {config.envs_per_thread} does not split evenly over {learners} learner device(s): "
+            f"each actor thread sends every learner an equal share; use a multiple of {learners}"
+        )
+    threads = config.actor_threads * len(topo.actor_devices)
+    steps_per_update = threads * config.envs_per_thread * config.rollout_len
+    num_updates = math.ceil(config.total_env_steps / steps_per_update)
+    interval = config.log_interval or max(1, config.total_env_steps // 20)
+    return Geometry(
+        actor_threads=threads,
+        envs_per_thread=config.envs_per_thread,
+        rollout_len=config.rollout_len,
+        num_learners=learners,
+        num_updates=num_updates,
+        updates_per_log=min(num_updates, max(1, round(interval / steps_per_update))),
+    )

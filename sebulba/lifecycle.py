@@ -1,0 +1,72 @@
+"""Thread lifecycle: a failing thread stops the run with its traceback; signals stop it cleanly.
+
+Every blocking wait in Sebulba (queues, parameter versions) polls a shared
+``stop`` event, so setting it always ends the run within a fraction of a second.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+from typing import Callable
+
+JOIN_TIMEOUT_S = 30.0
+
+
+class WorkerFailed(RuntimeError):
+    """A Sebulba thread raised; the original exception (and traceback) is chained as ``__cause__``."""
+
+
+class ThreadGroup:
+    def __init__(self, stop: threading.Event):
+        self.stop = stop
+        self.threads: list[threading.Thread] = []
+        self._failure: tuple[str, BaseException] | None = None
+        self._lock = threading.Lock()
+
+    def start(self, name: str, target: Callable[[], None]) -> None:
+        def guarded():
+            try:
+                target()
+            except BaseException as error:  # noqa: BLE001 - any failure must stop the run
+                with self._lock:
+                    if self._failure is None:
+                        self._failure = (name, error)
+                self.stop.set()
+
+        thread = threading.Thread(target=guarded, name=name, daemon=True)
+        thread.start()
+        self.threads.append(thread)
+
+    def raise_failure(self) -> None:
+        """Re-raises the first thread failure, if any, in the calling thread."""
+        if self._failure is not None:
+            name, error = self._failure
+            raise WorkerFailed(f"{name} failed: {type(error).__name__}: {error}") from error
+
+    def join(self) -> list[str]:
+        """Stops and joins every thread; returns the names of threads that did not end in time."""
+        self.stop.set()
+        for thread in self.threads:
+            thread.join(timeout=JOIN_TIMEOUT_S)
+        return [t.name for t in self.threads if t.is_alive()]
+
+
+@contextlib.contextmanager
+def stop_on_signals(stop: threading.Event, caught: list[str]):
+    """While active, SIGINT and SIGTERM set ``stop`` (their names go into ``caught``)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        caught.append(signal.Signals(signum).name)
+        stop.set()
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)

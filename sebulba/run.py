@@ -1,0 +1,236 @@
+"""Runs a Sebulba experiment: actor threads on actor devices, the learner on the learner mesh.
+
+The main thread is the learner: it takes one trajectory from every actor
+thread (in thread order), runs ``Agent.learn`` data-parallel over the learner
+devices, and publishes the new parameters to the actor devices.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import queue
+import threading
+import time
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from agents import make_agent
+from envs.host import HostEnv, HostEnvConfig
+from podracer.errors import NonFiniteLossError
+from podracer.parallel import TRAJECTORY_SPEC, data_parallel_learn, device_mesh, fetch_replicated
+from podracer.runlog import RunLog, Stopwatch
+from podracer.types import Agent, EnvSpec, Trajectory
+from sebulba.actor import Actor, Rollout, Timer
+from sebulba.config import Geometry, SebulbaConfig, default_env_threads, geometry, topology
+from sebulba.lifecycle import ThreadGroup, stop_on_signals
+from sebulba.params import ParamsStore, StopRequested
+
+COMPONENTS = ("env_step", "inference", "transfer", "queue_put", "params_wait")  # actor threads
+LEARNER_COMPONENTS = ("learner_wait", "learner_update", "params_publish")
+
+
+class SebulbaResult(NamedTuple):
+    state: object  # the final learner state (replicated over the learner devices)
+    records: list[dict]
+    compile_seconds: float
+    train_seconds: float  # the learner loop's wall time
+    env_steps: int  # agent steps learnt from
+    frames: int  # env_steps x frame-skip
+    timings: dict[str, float]  # seconds per component, actor ones summed over threads
+    stopped_by: str | None  # "SIGTERM" / "SIGINT" when a signal ended the run early
+
+
+def trajectory_shapes(agent: Agent, spec: EnvSpec, params, geo: Geometry, sharding) -> Trajectory:
+    """The abstract shape of one actor thread's trajectory, for compiling the learner before any env runs."""
+    t, b = geo.rollout_len, geo.envs_per_thread
+    obs = jax.ShapeDtypeStruct((b, *spec.observation.shape), spec.observation.dtype)
+    _, extras = jax.eval_shape(agent.act, params, obs, jax.random.key(0))
+
+    def over_time(x, length=t):
+        return jax.ShapeDtypeStruct((length, *x.shape), x.dtype, sharding=sharding)
+
+    step = jax.ShapeDtypeStruct((b,), jnp.float32)
+    return Trajectory(
+        obs=over_time(obs, t + 1),
+        action=over_time(jax.ShapeDtypeStruct((b,), jnp.int32)),
+        reward=over_time(step),
+        discount=over_time(step),
+        valid=over_time(jax.ShapeDtypeStruct((b,), jnp.bool_)),
+        extras=jax.tree.map(over_time, extras),
+    )
+
+
+def _get_until_stopped(source: queue.Queue, stop: threading.Event, threads: ThreadGroup) -> Rollout:
+    while True:
+        threads.raise_failure()
+        if stop.is_set():
+            raise StopRequested
+        try:
+            return source.get(timeout=0.1)
+        except queue.Empty:
+            continue
+
+
+def _timing_report(timings: dict[str, float], wall: float, threads: int) -> str:
+    lines = [f"time per component over {wall:.1f}s of training ({threads} actor thread(s); actor rows sum all threads):"]
+    for name in COMPONENTS + LEARNER_COMPONENTS:
+        seconds = timings.get(name, 0.0)
+        per_thread = seconds / threads if name in COMPONENTS else seconds
+        lines.append(f"  {name:15s} {seconds:8.2f}s  {100 * per_thread / max(wall, 1e-9):5.1f}% of each thread's time")
+    return "\n".join(lines)
+
+
+def train(
+    agent_name: str,
+    agent_config,
+    env_id: str,
+    config: SebulbaConfig,
+    env_config: HostEnvConfig = HostEnvConfig(),
+    run_dir: str | None = None,
+    quiet: bool = False,
+) -> SebulbaResult:
+    """Trains ``agent_name`` on the envpool environment ``env_id`` with Sebulba; see ``podracer sebulba --help``."""
+    topo = topology(config)
+    geo = geometry(config, topo)
+    env_threads = env_config.env_threads or default_env_threads(geo.actor_threads)
+    host_envs = [
+        HostEnv(env_id, geo.envs_per_thread, config.seed + i * geo.envs_per_thread, env_config, env_threads)
+        for i in range(geo.actor_threads)
+    ]
+    try:
+        return _train(agent_name, agent_config, env_id, config, env_config, run_dir, quiet, topo, geo, host_envs)
+    finally:
+        for env in host_envs:
+            env.close()
+
+
+def _train(agent_name, agent_config, env_id, config, env_config, run_dir, quiet, topo, geo, host_envs):
+    spec, frame_skip = host_envs[0].spec, host_envs[0].frame_skip
+    agent = make_agent(agent_name, agent_config, spec, geo.num_updates)
+    mesh = device_mesh(topo.learner_devices)
+    replicated, split = NamedSharding(mesh, P()), NamedSharding(mesh, TRAJECTORY_SPEC)
+    key = jax.random.key(config.seed)
+    state = jax.device_put(agent.init(jax.random.fold_in(key, 0)), replicated)
+    total_steps = geo.num_updates * geo.steps_per_update
+    log = RunLog(
+        run_dir,
+        {
+            "architecture": "sebulba",
+            "agent": agent_name,
+            "env": env_id,
+            "sebulba": dataclasses.asdict(config),
+            "host_env": dataclasses.asdict(env_config),
+            "agent_config": dataclasses.asdict(agent_config),
+            "geometry": geo._asdict(),
+            "actor_devices": [str(d) for d in topo.actor_devices],
+            "learner_devices": [str(d) for d in topo.learner_devices],
+            "frame_skip": frame_skip,
+            "jax_version": jax.__version__,
+        },
+        total_steps,
+        quiet,
+    )
+    stop, caught = threading.Event(), []
+    threads = ThreadGroup(stop)
+    try:
+        log.message(
+            f"sebulba: {agent_name} on {env_id}, actors on {len(topo.actor_devices)} device(s) x {config.actor_threads} "
+            f"thread(s) x {geo.envs_per_thread} envs, learner on {geo.num_learners} device(s), "
+            f"{geo.steps_per_update:,} agent steps ({geo.steps_per_update * frame_skip:,} frames) per update, "
+            f"{geo.num_updates} updates, {config.sync} mode"
+        )
+        start = time.perf_counter()
+        learn = data_parallel_learn(agent.learn, mesh)
+        shapes = trajectory_shapes(agent, spec, agent.actor_params(state), geo, split)
+        learn = learn.lower(state, (shapes,) * geo.actor_threads, jax.random.key(0)).compile()
+        compile_seconds = time.perf_counter() - start
+        log.message(f"learner compiled in {compile_seconds:.1f}s")
+
+        store = ParamsStore(topo.actor_devices, stop)
+        store.publish(0, agent.actor_params(state))
+        queues = [queue.Queue(maxsize=config.queue_size) for _ in host_envs]
+        actors = [
+            Actor(i, topo.actor_devices[i // config.actor_threads], agent, env, store, queues[i], split,
+                  geo.rollout_len, config.sync == "reproducible", config.seed, stop)
+            for i, env in enumerate(host_envs)
+        ]
+        with stop_on_signals(stop, caught):
+            for actor in actors:
+                threads.start(f"actor thread {actor.index} (device {actor.device})", actor.run)
+            state, records, clock, learner_timer = _learn(
+                learn, agent, state, store, queues, threads, stop, geo, frame_skip, key, log, actors)
+        threads.raise_failure()
+        done_steps = records[-1]["env_steps"] if records else 0
+        timings = dict(learner_timer.seconds)
+        for actor in actors:
+            for name, seconds in actor.timer.seconds.items():
+                timings[name] = timings.get(name, 0.0) + seconds
+        if caught:
+            log.message(f"stopped by {caught[0]} after {done_steps:,} agent steps; shutting down cleanly")
+        log.message(_timing_report(timings, clock.total, geo.actor_threads))
+        log.message(
+            f"done: {done_steps:,} agent steps ({done_steps * frame_skip:,} frames) in {clock.total:.1f}s: "
+            f"{done_steps / max(clock.total, 1e-9):,.0f} steps/s, {done_steps * frame_skip / max(clock.total, 1e-9):,.0f} "
+            f"frames/s after a {compile_seconds:.1f}s compile"
+        )
+        return SebulbaResult(state, log.records, compile_seconds, clock.total, done_steps, done_steps * frame_skip,
+                             timings, caught[0] if caught else None)
+    finally:
+        stuck = threads.join()
+        log.close()
+        if stuck:
+            raise RuntimeError(f"threads did not stop: {stuck}")
+
+
+def _learn(learn, agent, state, store, queues, threads, stop, geo, frame_skip, key, log, actors):
+    """The learner loop; returns early (cleanly) when ``stop`` is set."""
+    clock, timer = Stopwatch(), Timer()
+    window: list[tuple[int, dict, list[Rollout]]] = []
+    window_start = 0.0
+    for update in range(geo.num_updates):
+        try:
+            with clock, timer.time("learner_wait"):
+                rollouts = [_get_until_stopped(q, stop, threads) for q in queues]
+        except StopRequested:
+            break
+        with clock:
+            with timer.time("learner_update"):
+                trajectories = tuple(r.trajectory for r in rollouts)
+                state, metrics = learn(state, trajectories, jax.random.fold_in(key, update + 1))
+                metrics = fetch_replicated(metrics)
+            with timer.time("params_publish"):
+                store.publish(update + 1, agent.actor_params(state))
+        if not np.isfinite(metrics["loss"]):
+            raise NonFiniteLossError(f"the loss became non-finite at update {update + 1}; try a lower --learning-rate")
+        window.append((update, metrics, rollouts))
+        if len(window) < geo.updates_per_log and update + 1 < geo.num_updates:
+            continue
+        seconds = clock.total - window_start
+        steps = len(window) * geo.steps_per_update
+        flat = [r for _, _, rs in window for r in rs]
+        episodes = sum(r.episodes for r in flat)
+        record = {
+            "update": update + 1,
+            "env_steps": (update + 1) * geo.steps_per_update,
+            "frames": (update + 1) * geo.steps_per_update * frame_skip,
+            "time": clock.total,
+            "sps": steps / seconds,
+            "fps": steps * frame_skip / seconds,
+            "episode_return": sum(r.episode_return for r in flat) / episodes if episodes else None,
+            "episode_length": sum(r.episode_length for r in flat) / episodes if episodes else None,
+            "episodes": episodes,
+            # how many updates the acting parameters were behind the learner's
+            "policy_lag": float(np.mean([u - r.params_version for u, _, rs in window for r in rs])),
+            **{k: float(np.mean([m[k] for _, m, _ in window])) for k in window[0][1]},
+            **{f"time_{name}": seconds for name, seconds in timer.seconds.items()},
+        }
+        for name in COMPONENTS:
+            record[f"time_{name}"] = sum(a.timer.seconds.get(name, 0.0) for a in actors) / len(actors)
+        log.write(record)
+        window, window_start = [], clock.total
+    return state, log.records, clock, timer

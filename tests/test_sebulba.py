@@ -1,0 +1,130 @@
+"""Sebulba: device split checks, learning, Atari, reproducibility, learner sharding, failures and signals."""
+
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import jax
+import numpy as np
+import pytest
+
+from agents import ImpalaConfig, PPOConfig
+from envs.host import HostEnv
+from sebulba.config import SebulbaConfig, geometry, topology
+from sebulba.lifecycle import WorkerFailed
+from sebulba.run import train
+
+CARTPOLE_PPO = PPOConfig(learning_rate=1e-3)
+
+
+def _params(result):
+    return jax.tree.map(lambda x: np.asarray(x.addressable_data(0)), result.state.params)
+
+
+def test_device_and_batch_errors_come_before_anything_starts():
+    with pytest.raises(ValueError, match=r"--envs-per-thread 10 does not split evenly over 4 learner device\(s\)"):
+        geometry(SebulbaConfig(learner_devices="1,2,3,4", envs_per_thread=10), topology(SebulbaConfig(learner_devices="1,2,3,4")))
+    with pytest.raises(ValueError, match="--learner-devices 7,9: this host has 8 device"):
+        topology(SebulbaConfig(learner_devices="7,9"))
+    with pytest.raises(ValueError, match="comma-separated device indices"):
+        topology(SebulbaConfig(actor_devices="gpu0"))
+    with pytest.raises(ValueError, match="--sync must be one of"):
+        geometry(SebulbaConfig(sync="fast"), topology(SebulbaConfig()))
+
+
+def test_default_split_puts_actors_on_device_0_and_learners_on_the_rest():
+    topo = topology(SebulbaConfig())
+    assert topo.actor_devices == (jax.local_devices()[0],)
+    assert topo.learner_devices == tuple(jax.local_devices()[1:])
+
+
+def test_ppo_learns_envpool_cartpole_with_one_actor_and_one_learner_device():
+    config = SebulbaConfig(actor_devices="0", learner_devices="1", envs_per_thread=16, rollout_len=64,
+                           total_env_steps=300_000, seed=0)
+    result = train("ppo", CARTPOLE_PPO, "CartPole-v1", config, quiet=True)
+    final = np.mean([r["episode_return"] for r in result.records[-3:]])
+    assert final >= 400, [r["episode_return"] for r in result.records]
+    assert result.env_steps >= 300_000 and result.frames == result.env_steps
+
+
+def test_impala_on_atari_gives_finite_losses_and_real_game_scores(tmp_path):
+    config = SebulbaConfig(actor_devices="0", learner_devices="1", envs_per_thread=8, rollout_len=20,
+                           total_env_steps=8 * 20 * 24, log_interval=8 * 20 * 6, seed=1)
+    agent_config = ImpalaConfig(shared_torso=True, max_grad_norm=40.0)
+    result = train("impala", agent_config, "Breakout-v5", config, run_dir=str(tmp_path), quiet=True)
+    assert len(result.records) == 4
+    assert all(np.isfinite(r["loss"]) and np.isfinite(r["value_loss"]) for r in result.records)
+    scores = [r["episode_return"] for r in result.records if r["episode_return"] is not None]
+    assert scores and all(s >= 0 for s in scores)  # real Breakout scores over whole games
+    assert result.frames == 4 * result.env_steps
+    first = json.loads(open(tmp_path / "metrics.jsonl").readline())
+    for key in ("fps", "sps", "policy_lag", "time_env_step", "time_inference", "time_learner_update"):
+        assert key in first
+
+
+def _reproducible(learner_devices="1", **overrides):
+    config = SebulbaConfig(actor_devices="0", learner_devices=learner_devices, envs_per_thread=8, rollout_len=16,
+                           total_env_steps=8 * 16 * 6, sync="reproducible", seed=4, **overrides)
+    return train("ppo", dataclasses.replace(CARTPOLE_PPO, num_minibatches=1), "CartPole-v1", config, quiet=True)
+
+
+def test_reproducible_mode_gives_identical_parameters():
+    first, second = _reproducible(), _reproducible()
+    jax.tree.map(np.testing.assert_array_equal, _params(first), _params(second))
+    assert all(r["policy_lag"] <= 1.0 for r in first.records)
+
+
+def test_reproducible_mode_with_two_actor_threads_is_reproducible_too():
+    first, second = _reproducible(actor_threads=2), _reproducible(actor_threads=2)
+    jax.tree.map(np.testing.assert_array_equal, _params(first), _params(second))
+
+
+def test_a_learner_split_over_two_devices_gives_the_same_training_as_one():
+    one, two = _reproducible("1"), _reproducible("1,2")
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5), _params(one), _params(two))
+
+
+def test_a_failing_actor_thread_stops_the_run_with_its_traceback(monkeypatch):
+    calls = {"n": 0}
+    real_recv = HostEnv.recv
+
+    def flaky_recv(self):
+        calls["n"] += 1
+        if calls["n"] == 150:
+            raise OSError("simulated emulator crash")
+        return real_recv(self)
+
+    monkeypatch.setattr(HostEnv, "recv", flaky_recv)
+    config = SebulbaConfig(actor_devices="0", learner_devices="1", envs_per_thread=8, rollout_len=16,
+                           total_env_steps=10_000_000)
+    start = time.perf_counter()
+    with pytest.raises(WorkerFailed, match="actor thread 0.*simulated emulator crash") as failure:
+        train("ppo", CARTPOLE_PPO, "CartPole-v1", config, quiet=True)
+    assert time.perf_counter() - start < 60
+    assert isinstance(failure.value.__cause__, OSError)
+    assert "flaky_recv" in "".join(__import__("traceback").format_tb(failure.value.__cause__.__traceback__))
+
+
+def test_sigterm_stops_a_run_cleanly(tmp_path):
+    run_dir = tmp_path / "run"
+    command = [sys.executable, "-m", "experiments.cli", "sebulba", "--cpu-devices", "2", "--total-env-steps", "100000000",
+               "--log-interval", "2048", "--logdir", str(run_dir)]
+    env = {**os.environ, "XLA_FLAGS": ""}
+    process = subprocess.Popen(command, stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
+                               cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    try:
+        for line in process.stderr:
+            if "steps/s" in line:  # training is under way
+                break
+        process.send_signal(signal.SIGTERM)
+        out, err = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    assert process.returncode == 143, err[-2000:]
+    assert "stopped by SIGTERM" in err and "stopped_by=SIGTERM" in out
+    records = [json.loads(line) for line in open(run_dir / "metrics.jsonl")]
+    assert records and records[-1]["env_steps"] < 100_000_000
