@@ -7,8 +7,9 @@ reward clipping, while the *logged* episode return is the real game score over
 all lives. Sticky actions (probability 0.25) are an option.
 
 envpool resets an environment on the step *after* it ended, ignoring that
-step's action; :class:`HostEpisodes` turns envpool's flags into the
-``discount``/``valid`` convention of :class:`podracer.types.Trajectory`.
+step's action; :func:`episode_transitions` turns envpool's flags into the
+``discount``/``valid`` convention of :class:`podracer.types.Trajectory`, on
+device, once per rollout.
 """
 
 from __future__ import annotations
@@ -38,21 +39,72 @@ class HostEnvConfig:
 
 
 class HostStep(NamedTuple):
-    """One batched step as the learner needs it (numpy, ``[B]`` unless stated).
+    """envpool's raw outputs for one batched step (numpy, ``[B]`` unless stated).
+
+    :func:`episode_transitions` turns a rollout of these flags into the
+    ``reward``/``discount``/``valid`` of a :class:`podracer.types.Trajectory`.
 
     Attributes:
       obs: ``[B, ...]`` next observations, in envpool's layout.
       reward: the training reward (clipped for Atari).
-      discount: 0. where the transition terminated (a lost life counts, with episodic life).
-      valid: False where this step only reset the environment.
-      episode: statistics of the real episodes (games) that ended at this step.
+      real_reward: the game's own reward (the logged score adds these up).
+      terminated: the training episode terminated (a lost life counts, with episodic life).
+      truncated: the time limit was reached.
+      game_over: the real episode (all lives) ended.
     """
 
     obs: np.ndarray
     reward: np.ndarray
-    discount: np.ndarray
-    valid: np.ndarray
-    episode: EpisodeStats
+    real_reward: np.ndarray
+    terminated: np.ndarray
+    truncated: np.ndarray
+    game_over: np.ndarray
+
+
+class EpisodeState(NamedTuple):
+    """What :func:`episode_transitions` carries from one rollout to the next (``[B]`` each)."""
+
+    ended: jax.Array  # bool: the last observation ended a training episode (envpool resets it next step)
+    game_over: jax.Array  # bool: ... and the real episode with it
+    episode_return: jax.Array  # float32: real score so far
+    episode_length: jax.Array  # int32: agent steps so far
+
+    @classmethod
+    def initial(cls, num_envs: int) -> "EpisodeState":
+        false = jnp.zeros(num_envs, bool)
+        return cls(false, false, jnp.zeros(num_envs, jnp.float32), jnp.zeros(num_envs, jnp.int32))
+
+
+def episode_transitions(state: EpisodeState, reward, real_reward, terminated, truncated, game_over):
+    """envpool's flags ``[T, B]`` to the Trajectory convention, and statistics of the games that ended.
+
+    envpool resets an environment on the step after it ended, ignoring that
+    step's action: those steps are ``valid = False``. Only termination (a lost
+    life, with episodic life) zeroes the discount. After a lost life the game
+    goes on, so the logged score keeps adding up until the game is over.
+
+    Returns:
+      ``(state, (reward, discount, valid, EpisodeStats))``, each ``[T, B]``.
+    """
+
+    def step(state, flags):
+        reward, real_reward, terminated, truncated, game_over = flags
+        valid = ~state.ended
+        new_game = state.ended & state.game_over
+        returns = jnp.where(new_game, 0.0, state.episode_return) + jnp.where(valid, real_reward, 0.0)
+        lengths = jnp.where(new_game, 0, state.episode_length) + valid
+        done = valid & game_over
+        state = EpisodeState(valid & (terminated | truncated), done, returns, lengths)
+        out = (
+            jnp.where(valid, reward, 0.0),
+            jnp.where(valid & terminated, 0.0, 1.0),
+            valid,
+            EpisodeStats(done, jnp.where(done, returns, 0.0), jnp.where(done, lengths, 0)),
+        )
+        return state, out
+
+    flags = (reward.astype(jnp.float32), real_reward.astype(jnp.float32), terminated, truncated, game_over)
+    return jax.lax.scan(step, state, flags)
 
 
 def is_atari(env_id: str) -> bool:
@@ -104,7 +156,6 @@ class HostEnv:
         if not hasattr(self.env.action_space, "n"):
             raise ValueError(f"{env_id} has a continuous action space; podracer's agents need discrete actions")
         self.spec = EnvSpec(jax.ShapeDtypeStruct(shape, space.dtype), int(self.env.action_space.n))
-        self.episodes = HostEpisodes(num_envs)
         self._env_ids = np.arange(num_envs, dtype=np.int32)
 
     def to_agent_layout(self, obs: jax.Array) -> jax.Array:
@@ -113,7 +164,6 @@ class HostEnv:
 
     def reset(self) -> np.ndarray:
         obs, _ = self.env.reset()
-        self.episodes = HostEpisodes(self.num_envs)
         return obs
 
     def send(self, action: np.ndarray) -> None:
@@ -123,32 +173,9 @@ class HostEnv:
         obs, reward, terminated, truncated, info = self.env.recv()
         real_reward = info["reward"] if self.atari else reward
         game_over = (info["terminated"].astype(bool) if self.atari else terminated) | truncated
-        return self.episodes.step(obs, reward, real_reward, terminated, truncated, game_over)
+        return HostStep(obs, reward, real_reward, terminated, truncated, game_over)
 
     def close(self) -> None:
         close = getattr(self.env, "close", None)
         if close is not None:
             close()
-
-
-class HostEpisodes:
-    """Tracks which steps are resets and the real episodes' returns and lengths."""
-
-    def __init__(self, num_envs: int):
-        self.ended = np.zeros(num_envs, bool)  # the last observation ended a training episode
-        self.game_over = np.zeros(num_envs, bool)  # ... and the real episode (all lives) too
-        self.returns = np.zeros(num_envs, np.float64)
-        self.lengths = np.zeros(num_envs, np.int64)
-
-    def step(self, obs, reward, real_reward, terminated, truncated, game_over) -> HostStep:
-        valid = ~self.ended  # envpool ignored the action of an env that had ended: this step reset it
-        # A life lost with episodic life "resets" without starting a new game: keep counting the score.
-        new_game = self.ended & self.game_over
-        self.returns = np.where(new_game, 0.0, self.returns) + np.where(valid, real_reward, 0.0)
-        self.lengths = np.where(new_game, 0, self.lengths) + valid
-        done = valid & game_over
-        stats = EpisodeStats(done, np.where(done, self.returns, 0.0), np.where(done, self.lengths, 0))
-        self.ended = valid & (terminated | truncated)
-        self.game_over = done
-        discount = np.where(valid & terminated, 0.0, 1.0).astype(np.float32)
-        return HostStep(obs, np.where(valid, reward, 0.0).astype(np.float32), discount, valid, stats)

@@ -1,11 +1,11 @@
 """One Sebulba actor thread: host environments, batched inference on its actor device, trajectories to the learners.
 
-Per step the thread sends the observation batch to its actor device, runs
-``Agent.act`` there, returns the actions to envpool and, while envpool steps,
-keeps the device-side observation. Every ``rollout_len`` steps it stacks the
-trajectory on the actor device, places it on the learner devices split along
-the batch axis (one ``jax.device_put`` with the learners' ``NamedSharding``),
-waits for the copy to land, and queues it.
+Per step and envpool batch the thread sends the observations to its actor
+device, runs ``Agent.act`` there, and returns the actions to envpool; while
+envpool steps that batch, it infers for the next one. Every ``rollout_len``
+steps it stacks the trajectory on the actor device, places it on the learner
+devices split along the batch axis (one ``jax.device_put`` with the learners'
+``NamedSharding``), waits for the copy to land, and queues it.
 """
 
 from __future__ import annotations
@@ -15,14 +15,14 @@ import queue
 import threading
 import time
 from collections import defaultdict
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding
 
-from envs.host import HostEnv
+from envs.host import EpisodeState, HostEnv, episode_transitions
 from podracer.types import Agent, Trajectory
 from sebulba.params import ParamsStore, StopRequested
 
@@ -70,15 +70,55 @@ def put_until_stopped(out: queue.Queue, item: Any, stop: threading.Event) -> Non
             continue
 
 
+class ActorProgram(NamedTuple):
+    """The two jitted functions every actor thread runs (compiled once, shared by all threads)."""
+
+    act: Callable  # (params, host_obs[B], key) -> (action[B], extras, device_obs[B], key)
+    assemble: Callable  # (episode states, per-batch sequences, flags) -> (states, Trajectory, episode sums)
+
+
+def make_actor_program(agent: Agent, to_agent_layout: Callable) -> ActorProgram:
+    def act(params, host_obs, key):
+        # host_obs arrives as numpy: passing it to the jitted call is several times cheaper
+        # than a separate jax.device_put; it comes back as the device copy the trajectory keeps.
+        key, act_key = jax.random.split(key)
+        action, extras = agent.act(params, to_agent_layout(host_obs), act_key)
+        return action, extras, host_obs, key
+
+    def assemble_batch(episodes, obs, action, extras, flags):
+        # On device, once per rollout: envpool's flags to rewards/discounts/valid, and game scores.
+        episodes, (reward, discount, valid, stats) = episode_transitions(episodes, *flags)
+        traj = Trajectory(
+            to_agent_layout(jnp.stack(obs)), jnp.stack(action), reward, discount, valid,
+            jax.tree.map(lambda *steps: jnp.stack(steps), *extras),
+        )
+        done = stats.done.astype(jnp.float32)
+        sums = jnp.stack([jnp.sum(done * stats.episode_return), jnp.sum(done * stats.episode_length), done.sum()])
+        return episodes, traj, sums
+
+    def assemble(episodes, sequences, flags):
+        outs = [assemble_batch(e, *seq, f) for e, seq, f in zip(episodes, sequences, flags)]
+        traj = jax.tree.map(lambda *parts: jnp.concatenate(parts, axis=1), *[o[1] for o in outs])
+        return [o[0] for o in outs], traj, sum(o[2] for o in outs)
+
+    return ActorProgram(jax.jit(act), jax.jit(assemble))
+
+
 class Actor:
-    """The state and loop of one actor thread (``run`` is the thread's target)."""
+    """The state and loop of one actor thread (``run`` is the thread's target).
+
+    The thread's environments come as one or more envpool batches stepped in
+    turn: while envpool steps one batch, the device runs inference for the next,
+    so inference hides behind environment time. The batches' trajectories are
+    joined along the batch axis.
+    """
 
     def __init__(
         self,
         index: int,
         device: jax.Device,
-        agent: Agent,
-        env: HostEnv,
+        program: ActorProgram,
+        env_batches: Sequence[HostEnv],
         store: ParamsStore,
         out: queue.Queue,
         learner_sharding: NamedSharding,
@@ -87,28 +127,13 @@ class Actor:
         seed: int,
         stop: threading.Event,
     ):
-        self.index, self.device, self.agent, self.env = index, device, agent, env
+        self.index, self.device, self.program, self.env_batches = index, device, program, list(env_batches)
         self.store, self.out, self.learner_sharding = store, out, learner_sharding
         self.rollout_len, self.reproducible, self.stop = rollout_len, reproducible, stop
         self.key = jax.device_put(jax.random.fold_in(jax.random.key(seed), index), device)
+        self.episodes = [jax.device_put(EpisodeState.initial(env.num_envs), device) for env in self.env_batches]
         self.timer = Timer()
         self.steps = 0  # agent steps taken, over all of this thread's environments
-
-        def act(params, host_obs, key):
-            # host_obs arrives as numpy: passing it to the jitted call is several times cheaper
-            # than a separate jax.device_put; it comes back as the device copy the trajectory keeps.
-            key, act_key = jax.random.split(key)
-            action, extras = agent.act(params, env.to_agent_layout(host_obs), act_key)
-            return action, extras, host_obs, key
-
-        def assemble(obs, action, extras, reward, discount, valid):
-            return Trajectory(
-                env.to_agent_layout(jnp.stack(obs)), jnp.stack(action), reward, discount,
-                valid, jax.tree.map(lambda *steps: jnp.stack(steps), *extras),
-            )
-
-        self._act = jax.jit(act)
-        self._assemble = jax.jit(assemble)
 
     def _params(self, rollout: int) -> tuple[int, Any]:
         if self.reproducible:  # rollout k acts with exactly the parameters after update k - 1
@@ -122,40 +147,53 @@ class Actor:
         except StopRequested:
             pass
         finally:
-            self.env.close()
+            for env in self.env_batches:
+                env.close()
 
     def _loop(self) -> None:
-        obs = self.env.reset()
-        shape = (self.rollout_len, self.env.num_envs)
+        clock, seconds = time.perf_counter, self.timer.seconds
+        envs, act = self.env_batches, self.program.act
+        obs = [env.reset() for env in envs]
+        flags = [
+            [np.zeros((self.rollout_len, env.num_envs), dtype) for dtype in (np.float32, np.float32, bool, bool, bool)]
+            for env in envs
+        ]
+
+        def receive(b: int, t: int) -> None:
+            start = clock()
+            step = envs[b].recv()
+            for buffer, value in zip(flags[b], step[1:]):
+                buffer[t] = value
+            obs[b] = step.obs
+            seconds["env_step"] += clock() - start
+
         for rollout in itertools.count():
             if self.stop.is_set():
                 return
             with self.timer.time("params_wait"):
                 version, params = self._params(rollout)
-            obs_seq, action_seq, extras_seq = [], [], []
-            reward, discount = np.zeros(shape, np.float32), np.zeros(shape, np.float32)
-            valid = np.zeros(shape, bool)
-            ret = length = count = 0.0
+            sequences = [([], [], []) for _ in envs]  # per batch: observations, actions, extras
             for t in range(self.rollout_len):
-                with self.timer.time("inference"):
-                    action, extras, device_obs, self.key = self._act(params, obs, self.key)
+                for b, env in enumerate(envs):
+                    if t > 0:
+                        receive(b, t - 1)  # batch b finished step t - 1 while the other batches acted
+                    start = clock()
+                    action, extras, device_obs, self.key = act(params, obs[b], self.key)
                     host_action = np.asarray(action)
-                with self.timer.time("env_step"):
-                    self.env.send(host_action)
-                    obs_seq.append(device_obs)
-                    action_seq.append(action)
-                    extras_seq.append(extras)
-                    step = self.env.recv()
-                reward[t], discount[t], valid[t] = step.reward, step.discount, step.valid
-                ret += float(step.episode.episode_return.sum())
-                length += float(step.episode.episode_length.sum())
-                count += int(step.episode.done.sum())
-                obs = step.obs
+                    seconds["inference"] += clock() - start
+                    env.send(host_action)
+                    for seq, item in zip(sequences[b], (device_obs, action, extras)):
+                        seq.append(item)
+            for b in range(len(envs)):
+                receive(b, self.rollout_len - 1)
             with self.timer.time("transfer"):
-                obs_seq.append(jax.device_put(obs, self.device))
-                traj = self._assemble(obs_seq, action_seq, extras_seq, reward, discount, valid)
+                for b, seq in enumerate(sequences):
+                    seq[0].append(jax.device_put(obs[b], self.device))
+                self.episodes, traj, sums = self.program.assemble(self.episodes, sequences, flags)
                 traj = jax.device_put(traj, self.learner_sharding)
                 jax.block_until_ready(traj)
-            self.steps += self.rollout_len * self.env.num_envs
+                episode_return, episode_length, episodes = np.asarray(sums).tolist()
+            self.steps += self.rollout_len * sum(env.num_envs for env in envs)
             with self.timer.time("queue_put"):
-                put_until_stopped(self.out, Rollout(traj, ret, length, int(count), version), self.stop)
+                rollout_out = Rollout(traj, episode_return, episode_length, int(episodes), version)
+                put_until_stopped(self.out, rollout_out, self.stop)

@@ -22,7 +22,9 @@ class SebulbaConfig:
     learner_devices: str = knob(
         "auto", "comma-separated local device indices for learning (auto: every other device, or device 0 if alone)")
     actor_threads: int = knob(1, "Python actor threads per actor device, each with its own envpool batch")
-    envs_per_thread: int = knob(16, "environments per actor thread: the actor batch of one inference call")
+    envs_per_thread: int = knob(16, "environments per actor thread (the batch of its trajectories)")
+    env_batches: int = knob(2, "envpool batches each actor thread steps in turn, so envpool steps one while the "
+                            "device infers for another; one inference call takes envs-per-thread / env-batches envs")
     rollout_len: int = knob(32, "agent steps per environment in one trajectory")
     total_env_steps: int = knob(1_000_000, "agent steps to train for, over all environments (frames = steps x frame-skip)")
     queue_size: int = knob(1, "trajectories each actor thread may have waiting for the learner; more means more "
@@ -43,6 +45,7 @@ class Geometry(NamedTuple):
 
     actor_threads: int  # in total, over all actor devices
     envs_per_thread: int
+    env_batches: int  # envpool batches per thread
     rollout_len: int
     num_learners: int
     num_updates: int
@@ -97,13 +100,18 @@ def default_env_threads(total_actor_threads: int) -> int:
 
 def geometry(config: SebulbaConfig, topo: Topology) -> Geometry:
     """Checks the batch knobs against the devices, with errors that say what to change."""
-    for name in ("actor_threads", "envs_per_thread", "rollout_len", "total_env_steps", "queue_size"):
+    for name in ("actor_threads", "envs_per_thread", "env_batches", "rollout_len", "total_env_steps", "queue_size"):
         if getattr(config, name) < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(config, name)}")
     if config.sync not in SYNC_MODES:
         raise ValueError(f"--sync must be one of {SYNC_MODES}, got {config.sync!r}")
     if config.log_interval < 0:
         raise ValueError(f"--log-interval must be 0 (auto) or positive, got {config.log_interval}")
+    if config.envs_per_thread % config.env_batches:
+        raise ValueError(
+            f"--envs-per-thread {config.envs_per_thread} does not split into --env-batches {config.env_batches} "
+            f"equal envpool batches; use a multiple of {config.env_batches} or --env-batches 1"
+        )
     learners = len(topo.learner_devices)
     if config.envs_per_thread % learners:
         raise ValueError(
@@ -117,6 +125,7 @@ def geometry(config: SebulbaConfig, topo: Topology) -> Geometry:
     return Geometry(
         actor_threads=threads,
         envs_per_thread=config.envs_per_thread,
+        env_batches=config.env_batches,
         rollout_len=config.rollout_len,
         num_learners=learners,
         num_updates=num_updates,

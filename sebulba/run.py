@@ -25,7 +25,7 @@ from podracer.errors import NonFiniteLossError
 from podracer.parallel import TRAJECTORY_SPEC, data_parallel_learn, device_mesh, fetch_replicated
 from podracer.runlog import RunLog, Stopwatch
 from podracer.types import Agent, EnvSpec, Trajectory
-from sebulba.actor import Actor, Rollout, Timer
+from sebulba.actor import Actor, Rollout, Timer, make_actor_program
 from sebulba.config import Geometry, SebulbaConfig, default_env_threads, geometry, topology
 from sebulba.lifecycle import ThreadGroup, stop_on_signals
 from sebulba.params import ParamsStore, StopRequested
@@ -98,19 +98,24 @@ def train(
     topo = topology(config)
     geo = geometry(config, topo)
     env_threads = env_config.env_threads or default_env_threads(geo.actor_threads)
-    host_envs = [
-        HostEnv(env_id, geo.envs_per_thread, config.seed + i * geo.envs_per_thread, env_config, env_threads)
+    per_batch = geo.envs_per_thread // geo.env_batches
+    host_envs = [  # per actor thread, its envpool batches; every environment has its own seed
+        [
+            HostEnv(env_id, per_batch, config.seed + (i * geo.env_batches + b) * per_batch, env_config, env_threads)
+            for b in range(geo.env_batches)
+        ]
         for i in range(geo.actor_threads)
     ]
     try:
         return _train(agent_name, agent_config, env_id, config, env_config, run_dir, quiet, topo, geo, host_envs)
     finally:
-        for env in host_envs:
-            env.close()
+        for batches in host_envs:
+            for env in batches:
+                env.close()
 
 
 def _train(agent_name, agent_config, env_id, config, env_config, run_dir, quiet, topo, geo, host_envs):
-    spec, frame_skip = host_envs[0].spec, host_envs[0].frame_skip
+    spec, frame_skip = host_envs[0][0].spec, host_envs[0][0].frame_skip
     agent = make_agent(agent_name, agent_config, spec, geo.num_updates)
     mesh = device_mesh(topo.learner_devices)
     replicated, split = NamedSharding(mesh, P()), NamedSharding(mesh, TRAJECTORY_SPEC)
@@ -140,7 +145,8 @@ def _train(agent_name, agent_config, env_id, config, env_config, run_dir, quiet,
     try:
         log.message(
             f"sebulba: {agent_name} on {env_id}, actors on {len(topo.actor_devices)} device(s) x {config.actor_threads} "
-            f"thread(s) x {geo.envs_per_thread} envs, learner on {geo.num_learners} device(s), "
+            f"thread(s) x {geo.envs_per_thread} envs in {geo.env_batches} envpool batch(es), "
+            f"learner on {geo.num_learners} device(s), "
             f"{geo.steps_per_update:,} agent steps ({geo.steps_per_update * frame_skip:,} frames) per update, "
             f"{geo.num_updates} updates, {config.sync} mode"
         )
@@ -154,10 +160,11 @@ def _train(agent_name, agent_config, env_id, config, env_config, run_dir, quiet,
         store = ParamsStore(topo.actor_devices, stop)
         store.publish(0, agent.actor_params(state))
         queues = [queue.Queue(maxsize=config.queue_size) for _ in host_envs]
+        program = make_actor_program(agent, host_envs[0][0].to_agent_layout)
         actors = [
-            Actor(i, topo.actor_devices[i // config.actor_threads], agent, env, store, queues[i], split,
+            Actor(i, topo.actor_devices[i // config.actor_threads], program, batches, store, queues[i], split,
                   geo.rollout_len, config.sync == "reproducible", config.seed, stop)
-            for i, env in enumerate(host_envs)
+            for i, batches in enumerate(host_envs)
         ]
         with stop_on_signals(stop, caught):
             for actor in actors:

@@ -1,0 +1,217 @@
+"""Sebulba throughput: raw envpool, actors alone, and full training over actor batches and device splits.
+
+    python experiments/benchmark_sebulba.py            # everything; appends to docs/benchmarks.md
+    python experiments/benchmark_sebulba.py --quick    # fewer configurations
+
+Each measurement runs in a fresh process with as many simulated CPU devices as
+it needs. Agent steps are what the agent acts on; frames = agent steps x
+frame-skip (4 on Atari, 1 on CartPole). Compilation and warm-up are excluded.
+
+* raw: envpool stepped with uniformly random actions from one Python thread,
+  with ``env_threads`` C++ worker threads: the host's limit.
+* actors: Sebulba's actor threads (real inference with the agent's network on
+  the actor device, trajectories shipped to a learner device) with no learning.
+* train: complete Sebulba runs.
+
+Every measurement prints one ``BENCH {...}`` JSON line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CLASSIC, ATARI = "CartPole-v1", ("Breakout-v5", "Pong-v5")
+
+
+def _raw(env_id: str, num_envs: int, batch_size: int, threads: int, seconds: float) -> dict:
+    import envpool
+    import numpy as np
+
+    env = envpool.make(env_id, env_type="gymnasium", num_envs=num_envs, batch_size=batch_size, num_threads=threads)
+    actions = env.action_space.n
+    rng = np.random.default_rng(0)
+    env.async_reset()
+    steps, start, warm = 0, None, 0
+    while True:
+        _, _, _, _, info = env.recv()
+        ids = info["env_id"]
+        env.send(rng.integers(actions, size=len(ids), dtype=np.int32), ids)
+        warm += 1
+        if warm == 50:
+            start = time.perf_counter()
+        elif start is not None:
+            steps += len(ids)
+            if time.perf_counter() - start > seconds:
+                break
+    return {"sps": steps / (time.perf_counter() - start)}
+
+
+def _actors(env_id: str, num_envs: int, threads: int, rollouts: int, actor_threads: int = 1, env_batches: int = 2) -> dict:
+    """``actor_threads`` actor threads on CPU device 0, each with ``env_batches`` envpool batches of ``num_envs``
+    (``threads`` envpool workers each), shipping trajectories to device 1."""
+    import queue
+    import threading
+
+    import jax
+    from jax.sharding import NamedSharding
+
+    from agents import PPOConfig, make_ppo
+    from envs.host import HostEnv
+    from podracer.parallel import TRAJECTORY_SPEC, device_mesh
+    from sebulba.actor import Actor, make_actor_program
+    from sebulba.lifecycle import ThreadGroup
+    from sebulba.params import ParamsStore
+
+    actor_device, learner_device = jax.devices()[:2]
+    envs = [[HostEnv(env_id, num_envs, seed=(i * env_batches + b) * num_envs, num_threads=threads)
+             for b in range(env_batches)] for i in range(actor_threads)]
+    agent = make_ppo(PPOConfig(shared_torso=envs[0][0].atari), envs[0][0].spec)
+    stop = threading.Event()
+    store = ParamsStore([actor_device], stop)
+    store.publish(0, agent.init(jax.random.key(0)).params)
+    out = queue.Queue(maxsize=2 * actor_threads)
+    sharding = NamedSharding(device_mesh([learner_device]), TRAJECTORY_SPEC)
+    program = make_actor_program(agent, envs[0][0].to_agent_layout)
+    actors = [Actor(i, actor_device, program, batches, store, out, sharding, 32, False, 0, stop)
+              for i, batches in enumerate(envs)]
+    group = ThreadGroup(stop)
+    for actor in actors:
+        group.start(f"actor {actor.index}", actor.run)
+    for _ in range(2 * actor_threads):  # compilation and warm-up
+        out.get(timeout=600)
+    for actor in actors:
+        actor.timer.seconds.clear()
+    start, steps0 = time.perf_counter(), sum(a.steps for a in actors)
+    for _ in range(rollouts * actor_threads):
+        out.get(timeout=600)
+    seconds, steps = time.perf_counter() - start, sum(a.steps for a in actors) - steps0
+    timings = {}
+    for actor in actors:
+        for name, value in actor.timer.seconds.items():
+            timings[name] = timings.get(name, 0.0) + value / actor_threads
+    group.join()
+    return {"sps": steps / seconds, "frame_skip": envs[0][0].frame_skip, "timings": timings, "seconds": seconds}
+
+
+def _train(env_id: str, agent: str, envs_per_thread: int, actor_devices: str, learner_devices: str,
+           actor_threads: int, rollout_len: int, updates: int) -> dict:
+    from agents import AGENTS
+    from sebulba.config import SebulbaConfig
+    from sebulba.run import train
+
+    agent_config = AGENTS[agent][0](shared_torso=True, max_grad_norm=40.0 if agent == "impala" else 0.5)
+    steps = updates * envs_per_thread * rollout_len * actor_threads * len(actor_devices.split(","))
+    config = SebulbaConfig(actor_devices=actor_devices, learner_devices=learner_devices, actor_threads=actor_threads,
+                           envs_per_thread=envs_per_thread, rollout_len=rollout_len, total_env_steps=steps,
+                           log_interval=steps)
+    result = train(agent, agent_config, env_id, config, quiet=True)
+    # Steady state: the last update's rate (the first ones include warm-up of every actor thread).
+    return {"sps": result.env_steps / result.train_seconds, "fps": result.frames / result.train_seconds,
+            "compile_s": result.compile_seconds, "timings": result.timings, "train_s": result.train_seconds}
+
+
+def worker(args) -> None:
+    import jax
+
+    jax.config.update("jax_cpu_enable_async_dispatch", False)  # as `podracer sebulba` runs
+    sys.path.insert(0, ROOT)
+    spec = json.loads(args.spec)
+    kind = spec.pop("kind")
+    result = {"raw": _raw, "actors": _actors, "train": _train}[kind](**spec)
+    print("BENCH " + json.dumps({"kind": kind, **json.loads(args.spec), **result}), flush=True)
+
+
+def measure(kind: str, devices: int = 2, **spec) -> dict:
+    env = {**os.environ, "XLA_FLAGS": f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={devices}"}
+    command = [sys.executable, os.path.abspath(__file__), "--worker", json.dumps({"kind": kind, **spec})]
+    out = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT)
+    for line in out.stdout.splitlines():
+        if line.startswith("BENCH "):
+            print(line, flush=True)
+            return json.loads(line[len("BENCH "):])
+    raise RuntimeError(f"{kind} {spec} failed:\n{out.stderr[-3000:]}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--out", default="docs/benchmarks.md", help="markdown report to append to ('' for none)")
+    parser.add_argument("--worker", default=None, dest="spec", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.spec:
+        return worker(args)
+    seconds = 3.0 if args.quick else 6.0
+
+    raw_rows, actor_rows = [], []
+    for env_id, num_envs, batch in [(CLASSIC, 64, 64), (CLASSIC, 128, 64), (ATARI[0], 16, 16), (ATARI[0], 32, 32),
+                                    (ATARI[1], 16, 16), (ATARI[1], 32, 32)]:
+        raw_rows.append(measure("raw", env_id=env_id, num_envs=num_envs, batch_size=batch, threads=2, seconds=seconds))
+    for env_id, num_envs, rollouts in [(CLASSIC, 64, 40), (CLASSIC, 16, 40), (ATARI[0], 16, 6), (ATARI[0], 32, 4)]:
+        actor_rows.append(measure("actors", env_id=env_id, num_envs=num_envs, threads=2, rollouts=rollouts))
+
+    train_rows = [measure("train", env_id=ATARI[0], agent="ppo", envs_per_thread=16, actor_devices="0",
+                          learner_devices="1", actor_threads=1, rollout_len=32, updates=6)]
+    batches = (32, 128) if args.quick else (32, 64, 128)
+    splits = [("0", "1")] if args.quick else [("0", "1"), ("0", "1,2,3"), ("0,1", "2,3")]
+    for actor_devices, learner_devices in splits:
+        for batch in batches:
+            devices = 1 + max(int(i) for i in (actor_devices + "," + learner_devices).split(","))
+            train_rows.append(measure("train", devices=devices, env_id=ATARI[0], agent="impala", envs_per_thread=batch,
+                                      actor_devices=actor_devices, learner_devices=learner_devices, actor_threads=1,
+                                      rollout_len=20, updates=3))
+
+    raw_sps = {(r["env_id"], r["num_envs"]): r["sps"] for r in raw_rows}
+    lines = [
+        "",
+        "# Sebulba throughput",
+        "",
+        "`python experiments/benchmark_sebulba.py` on the same machine. Agent steps/s; frames/s = agent steps x",
+        "frame-skip (4 on Atari). envpool runs 2 C++ worker threads per batch.",
+        "",
+        "## Raw envpool, random actions (the host limit)",
+        "",
+        "| env | envs | batch (async if smaller) | agent steps/s | frames/s |",
+        "|---|---|---|---|---|",
+    ]
+    for r in raw_rows:
+        skip = 4 if r["env_id"] in ATARI else 1
+        lines.append(f"| {r['env_id']} | {r['num_envs']} | {r['batch_size']} | {r['sps']:,.0f} | {r['sps'] * skip:,.0f} |")
+    lines += [
+        "",
+        "## Actors alone (inference on CPU device 0, trajectories to CPU device 1, no learning)",
+        "",
+        "| env | envs per thread | agent steps/s | of raw envpool (same envs, sync) | env step / inference / transfer, s |",
+        "|---|---|---|---|---|",
+    ]
+    for r in actor_rows:
+        raw = raw_sps.get((r["env_id"], r["num_envs"]))
+        share = f"{r['sps'] / raw:.0%}" if raw else "-"
+        t = r["timings"]
+        lines.append(f"| {r['env_id']} | {r['num_envs']} | {r['sps']:,.0f} | {share} | "
+                     f"{t.get('env_step', 0):.1f} / {t.get('inference', 0):.1f} / {t.get('transfer', 0):.1f} |")
+    lines += [
+        "",
+        "## Full training (the paper's Figure 4b in form: Breakout-v5, rollout 20 for IMPALA)",
+        "",
+        "| agent | actor devices | learner devices | envs per thread | agent steps/s | frames/s | learner busy |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in train_rows:
+        busy = r["timings"].get("learner_update", 0) / max(r["train_s"], 1e-9)
+        lines.append(f"| {r['agent']} | {r['actor_devices']} | {r['learner_devices']} | {r['envs_per_thread']} | "
+                     f"{r['sps']:,.1f} | {r['fps']:,.0f} | {busy:.0%} |")
+    report = "\n".join(lines) + "\n"
+    print(report)
+    if args.out:
+        with open(args.out, "a") as f:
+            f.write(report)
+
+
+if __name__ == "__main__":
+    main()
