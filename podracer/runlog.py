@@ -136,6 +136,17 @@ class RunLog:
             self._metrics_file = None
 
 
+def resident_memory_mb() -> float:
+    """This process's resident memory in MiB (Linux; elsewhere the peak so far)."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+    except (OSError, ValueError, IndexError):
+        import resource
+
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 class Stopwatch:
     """Accumulates seconds spent, for steady-state throughput apart from compilation."""
 

@@ -23,7 +23,7 @@ from agents import make_agent
 from envs.host import HostEnv, HostEnvConfig
 from podracer.errors import NonFiniteLossError
 from podracer.parallel import TRAJECTORY_SPEC, data_parallel_learn, device_mesh, fetch_replicated
-from podracer.runlog import RunLog, Stopwatch
+from podracer.runlog import RunLog, Stopwatch, resident_memory_mb
 from podracer.types import Agent, EnvSpec, Trajectory
 from sebulba.actor import Actor, Rollout, Timer, make_actor_program
 from sebulba.config import Geometry, SebulbaConfig, default_env_threads, geometry, topology
@@ -233,6 +233,7 @@ def _learn(learn, agent, state, store, queues, threads, stop, geo, frame_skip, k
             "episodes": episodes,
             # how many updates the acting parameters were behind the learner's
             "policy_lag": float(np.mean([u - r.params_version for u, _, rs in window for r in rs])),
+            "rss_mb": resident_memory_mb(),
             **{k: float(np.mean([m[k] for _, m, _ in window])) for k in window[0][1]},
             **{f"time_{name}": seconds for name, seconds in timer.seconds.items()},
         }

@@ -49,6 +49,9 @@ def test_ppo_learns_envpool_cartpole_with_one_actor_and_one_learner_device():
     final = np.mean([r["episode_return"] for r in result.records[-3:]])
     assert final >= 400, [r["episode_return"] for r in result.records]
     assert result.env_steps >= 300_000 and result.frames == result.env_steps
+    # Bounded queues and parameter versions: memory is flat once running (290 updates here).
+    memory = [r["rss_mb"] for r in result.records]
+    assert max(memory[5:]) - memory[5] < 100, memory
 
 
 def test_impala_on_atari_gives_finite_losses_and_real_game_scores(tmp_path):
