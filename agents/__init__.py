@@ -1,6 +1,7 @@
 """Agents: PPO and IMPALA/V-trace, as :class:`podracer.Agent` bundles usable by any architecture."""
 
 from agents.actor_critic import ActorCriticConfig, LearnerState
+from podracer.types import BatchShape
 from agents.impala import ImpalaConfig, make_impala
 from agents.ppo import PPOConfig, make_ppo
 from agents.random_policy import make_random_policy
@@ -8,11 +9,11 @@ from agents.random_policy import make_random_policy
 AGENTS = {"ppo": (PPOConfig, make_ppo), "impala": (ImpalaConfig, make_impala)}
 
 
-def make_agent(name: str, config, spec, num_updates: int | None = None):
-    """The agent ``name`` (``ppo`` or ``impala``) built from its config for ``spec``."""
+def make_agent(name: str, config, spec, shape: BatchShape = BatchShape()):
+    """The agent ``name`` built from its config for ``spec`` and the run's :class:`BatchShape`."""
     if name not in AGENTS:
         raise ValueError(f"unknown agent {name!r}: choose one of {sorted(AGENTS)}")
-    return AGENTS[name][1](config, spec, num_updates)
+    return AGENTS[name][1](config, spec, shape)
 
 
 __all__ = [

@@ -12,7 +12,7 @@ from agents.actor_critic import ActorCriticConfig, LearnerState
 from agents.returns import vtrace
 from podracer.config import knob
 from podracer.parallel import masked_mean
-from podracer.types import Agent, EnvSpec, Trajectory
+from podracer.types import Agent, BatchShape, EnvSpec, Trajectory
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,9 +52,9 @@ def vtrace_loss(
     return loss, metrics
 
 
-def make_impala(config: ImpalaConfig, spec: EnvSpec, num_updates: int | None = None) -> Agent:
+def make_impala(config: ImpalaConfig, spec: EnvSpec, shape: BatchShape = BatchShape()) -> Agent:
     """An IMPALA :class:`Agent`: one gradient step per trajectory batch."""
-    parts = actor_critic.build(config, spec, num_updates)
+    parts = actor_critic.build(config, spec, shape.num_updates)
     network = parts.network
 
     def loss_fn(params, traj: Trajectory):

@@ -14,7 +14,7 @@ from agents.returns import generalized_advantages
 from agents.sgd import UNROLL_CHOICES, resolve_unroll, shuffled_minibatches
 from podracer.config import knob
 from podracer.parallel import global_masked_moments, masked_mean
-from podracer.types import Agent, EnvSpec, Trajectory
+from podracer.types import Agent, BatchShape, EnvSpec, Trajectory
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,12 +72,12 @@ def ppo_loss(
     return loss, metrics
 
 
-def make_ppo(config: PPOConfig, spec: EnvSpec, num_updates: int | None = None) -> Agent:
-    """A PPO :class:`Agent` for ``spec``; ``num_updates`` (learner calls) sets LR annealing's length."""
+def make_ppo(config: PPOConfig, spec: EnvSpec, shape: BatchShape = BatchShape()) -> Agent:
+    """A PPO :class:`Agent` for ``spec``; ``shape.num_updates`` sets the length of LR annealing."""
     for name in ("num_epochs", "num_minibatches"):
         if getattr(config, name) < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(config, name)}")
-    steps = num_updates * config.num_epochs * config.num_minibatches if num_updates else None
+    steps = shape.num_updates * config.num_epochs * config.num_minibatches if shape.num_updates else None
     parts = actor_critic.build(config, spec, steps)
     network = parts.network
     unroll = resolve_unroll(config.minibatch_loop, parts.has_conv)

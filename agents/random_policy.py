@@ -5,10 +5,10 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from podracer.types import Agent, EnvSpec
+from podracer.types import Agent, BatchShape, EnvSpec
 
 
-def make_random_policy(spec: EnvSpec) -> Agent:
+def make_random_policy(spec: EnvSpec, shape: BatchShape = BatchShape()) -> Agent:
     """Acts uniformly at random; ``learn`` only counts updates (its loss is 0)."""
 
     def act(params, obs, key):

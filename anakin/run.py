@@ -16,7 +16,7 @@ from anakin.program import CallStats, RunnerState, anakin_mesh, make_anakin
 from podracer.errors import NonFiniteLossError
 from podracer.parallel import fetch_replicated
 from podracer.runlog import RunLog, Stopwatch
-from podracer.types import Agent
+from podracer.types import Agent, BatchShape
 
 
 class AnakinResult(NamedTuple):
@@ -74,8 +74,9 @@ def train(
 ) -> AnakinResult:
     """Trains ``agent_name`` on ``env_name`` with Anakin; see ``podracer anakin --help``."""
     env = envs.make(env_name)
-    num_updates = geometry(config, len(select_devices(config.num_devices))).num_updates
-    agent = make_agent(agent_name, agent_config, env.spec, num_updates)
+    geo = geometry(config, len(select_devices(config.num_devices)))
+    shape = BatchShape(geo.num_updates, geo.rollout_len, geo.envs_per_lane)
+    agent = make_agent(agent_name, agent_config, env.spec, shape)
     about = {"agent": agent_name, "env": env_name, "agent_config": dataclasses.asdict(agent_config)}
     return train_agent(agent, env, config, run_dir, quiet, about)
 

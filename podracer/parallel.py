@@ -15,7 +15,7 @@ from typing import Callable, Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import AxisType, Mesh
+from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 DEVICE_AXIS = "device"
@@ -38,6 +38,22 @@ def sum_over_replicas(tree):
     """Sums every leaf over all data replicas (devices x lanes)."""
     axes = _bound_axes()
     return jax.lax.psum(tree, axes) if axes else tree
+
+
+def replica_count() -> int:
+    """How many data replicas (devices x lanes) there are, where the data axes are bound."""
+    count = 1
+    for axis in DATA_AXES:
+        count *= jax.lax.axis_size(axis)
+    return count
+
+
+def replica_index() -> jax.Array:
+    """This replica's index in ``range(replica_count())`` (for per-replica randomness)."""
+    index = jnp.int32(0)
+    for axis in DATA_AXES:
+        index = index * jax.lax.axis_size(axis) + jax.lax.axis_index(axis)
+    return index
 
 
 def masked_mean(x: jax.Array, mask: jax.Array) -> jax.Array:
@@ -132,24 +148,48 @@ def shard_map(fn: Callable, mesh: Mesh, in_specs, out_specs) -> Callable:
 
 
 TRAJECTORY_SPEC = P(None, DEVICE_AXIS)  # [T, B, ...] arrays split along the batch axis
+REPLICA_SPEC = P(DEVICE_AXIS)  # [devices, ...]: what each device holds is its own
+
+
+def per_device(tree, mesh: Mesh):
+    """A copy of ``tree`` for every device of ``mesh``, stacked on a new leading axis split over the devices.
+
+    Learner states live this way: the parameters stay equal on every device
+    (gradients are averaged), while per-device parts, such as a replay shard,
+    may differ.
+    """
+    size = mesh.shape[DEVICE_AXIS]
+    stack = jax.jit(
+        lambda t: jax.tree.map(lambda x: jnp.broadcast_to(x, (size, *x.shape)), t),
+        out_shardings=NamedSharding(mesh, REPLICA_SPEC),
+    )
+    return stack(tree)
+
+
+def first_local_replica(tree):
+    """This process's first device's copy of a :func:`per_device` tree (e.g. to read parameters)."""
+    return jax.tree.map(lambda x: x.addressable_shards[0].data[0], tree)
 
 
 def data_parallel_learn(learn: Callable, mesh: Mesh) -> Callable:
     """``learn`` compiled to run data-parallel over ``mesh``: ``(state, trajectories, key) -> (state, metrics)``.
 
-    ``trajectories`` is a tuple of trajectories, each split along its batch axis
-    over the devices (:data:`TRAJECTORY_SPEC`); every device concatenates its
-    shares locally (no data moves between devices) and learns from them, and the
-    agent averages gradients, so the replicated state stays replicated. Metrics
-    come back averaged over replicas. The input state is donated.
+    ``state`` is a :func:`per_device` learner state. ``trajectories`` is a tuple
+    of trajectories, each split along its batch axis over the devices
+    (:data:`TRAJECTORY_SPEC`); every device concatenates its shares locally (no
+    data moves between devices) and learns from them, and the agent averages
+    gradients, so the parameters stay equal on every device. Metrics come back
+    averaged over replicas. The input state is donated.
     """
 
     def replica_learn(state, trajectories, key):
         traj = jax.tree.map(lambda *parts: jnp.concatenate(parts, axis=1), *trajectories)
-        state, metrics = learn(state, traj, key)
-        return state, mean_over_replicas(metrics)
+        state, metrics = learn(jax.tree.map(lambda x: x[0], state), traj, key)
+        return jax.tree.map(lambda x: x[None], state), mean_over_replicas(metrics)
 
-    sharded = shard_map(replica_learn, mesh, in_specs=(P(), TRAJECTORY_SPEC, P()), out_specs=(P(), P()))
+    sharded = shard_map(
+        replica_learn, mesh, in_specs=(REPLICA_SPEC, TRAJECTORY_SPEC, P()), out_specs=(REPLICA_SPEC, P())
+    )
     return jax.jit(sharded, donate_argnums=0)
 
 

@@ -34,6 +34,23 @@ class EnvSpec(NamedTuple):
     num_actions: int
 
 
+class BatchShape(NamedTuple):
+    """What every learner call of a run will see, known before anything compiles.
+
+    Agent factories take it to size what depends on the batch (learning-rate
+    schedules, replay buffers); ``None`` fields mean "unknown".
+
+    Attributes:
+      num_updates: learner calls in the run.
+      rollout_len: ``T`` of each trajectory.
+      envs_per_replica: ``B`` of each data replica's share of a trajectory.
+    """
+
+    num_updates: int | None = None
+    rollout_len: int | None = None
+    envs_per_replica: int | None = None
+
+
 class Trajectory(NamedTuple):
     """``T`` transitions of ``B`` environments, with the observation to bootstrap from.
 
@@ -85,8 +102,9 @@ class Agent(NamedTuple):
     Attributes:
       init: ``key -> LearnerState``: parameters, optimiser state, counters (and
         for replay-based agents, the replay buffer).
-      actor_params: ``LearnerState -> Params``: what acting needs, nothing more
-        (the part that is copied to actor devices).
+      actor_params: ``LearnerState -> Params``: selects what acting needs,
+        nothing more (the part that is copied to actor devices). A selection,
+        not a computation: it is also applied to states stacked per device.
       act: ``(params, obs[B, ...], key) -> (action[B], extras)``: batched
         inference; ``extras`` is a pytree of ``[B, ...]`` arrays stored in the
         :class:`Trajectory`.

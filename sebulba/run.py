@@ -17,14 +17,20 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding
-from jax.sharding import PartitionSpec as P
 
 from agents import make_agent
 from envs.host import HostEnv, HostEnvConfig
 from podracer.errors import NonFiniteLossError
-from podracer.parallel import TRAJECTORY_SPEC, data_parallel_learn, device_mesh, fetch_replicated
+from podracer.parallel import (
+    TRAJECTORY_SPEC,
+    data_parallel_learn,
+    device_mesh,
+    fetch_replicated,
+    first_local_replica,
+    per_device,
+)
 from podracer.runlog import RunLog, Stopwatch, resident_memory_mb
-from podracer.types import Agent, EnvSpec, Trajectory
+from podracer.types import Agent, BatchShape, EnvSpec, Trajectory
 from sebulba.actor import Actor, Rollout, Timer, make_actor_program
 from sebulba.config import Geometry, SebulbaConfig, default_env_threads, geometry, topology
 from sebulba.lifecycle import ThreadGroup, stop_on_signals
@@ -35,7 +41,7 @@ LEARNER_COMPONENTS = ("learner_wait", "learner_update", "params_publish")
 
 
 class SebulbaResult(NamedTuple):
-    state: object  # the final learner state (replicated over the learner devices)
+    state: object  # the final learner state, one copy per learner device (podracer.parallel.per_device)
     records: list[dict]
     compile_seconds: float
     train_seconds: float  # the learner loop's wall time
@@ -116,11 +122,11 @@ def train(
 
 def _train(agent_name, agent_config, env_id, config, env_config, run_dir, quiet, topo, geo, host_envs):
     spec, frame_skip = host_envs[0][0].spec, host_envs[0][0].frame_skip
-    agent = make_agent(agent_name, agent_config, spec, geo.num_updates)
+    agent = make_agent(agent_name, agent_config, spec, BatchShape(geo.num_updates, geo.rollout_len, geo.envs_per_learner))
     mesh = device_mesh(topo.learner_devices)
-    replicated, split = NamedSharding(mesh, P()), NamedSharding(mesh, TRAJECTORY_SPEC)
+    split = NamedSharding(mesh, TRAJECTORY_SPEC)
     key = jax.random.key(config.seed)
-    state = jax.device_put(agent.init(jax.random.fold_in(key, 0)), replicated)
+    state = per_device(agent.init(jax.random.fold_in(key, 0)), mesh)
     total_steps = geo.num_updates * geo.steps_per_update
     log = RunLog(
         run_dir,
@@ -152,13 +158,13 @@ def _train(agent_name, agent_config, env_id, config, env_config, run_dir, quiet,
         )
         start = time.perf_counter()
         learn = data_parallel_learn(agent.learn, mesh)
-        shapes = trajectory_shapes(agent, spec, agent.actor_params(state), geo, split)
+        shapes = trajectory_shapes(agent, spec, first_local_replica(agent.actor_params(state)), geo, split)
         learn = learn.lower(state, (shapes,) * geo.actor_threads, jax.random.key(0)).compile()
         compile_seconds = time.perf_counter() - start
         log.message(f"learner compiled in {compile_seconds:.1f}s")
 
         store = ParamsStore(topo.actor_devices, stop)
-        store.publish(0, agent.actor_params(state))
+        store.publish(0, first_local_replica(agent.actor_params(state)))
         queues = [queue.Queue(maxsize=config.queue_size) for _ in host_envs]
         program = make_actor_program(agent, host_envs[0][0].to_agent_layout)
         actors = [
@@ -211,7 +217,7 @@ def _learn(learn, agent, state, store, queues, threads, stop, geo, frame_skip, k
                 state, metrics = learn(state, trajectories, jax.random.fold_in(key, update + 1))
                 metrics = fetch_replicated(metrics)
             with timer.time("params_publish"):
-                store.publish(update + 1, agent.actor_params(state))
+                store.publish(update + 1, first_local_replica(agent.actor_params(state)))
         if not np.isfinite(metrics["loss"]):
             raise NonFiniteLossError(f"the loss became non-finite at update {update + 1}; try a lower --learning-rate")
         window.append((update, metrics, rollouts))

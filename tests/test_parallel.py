@@ -15,8 +15,10 @@ from podracer.parallel import (
     TRAJECTORY_SPEC,
     data_parallel_learn,
     device_mesh,
+    first_local_replica,
     masked_mean,
     mean_over_replicas,
+    per_device,
     shard_map,
 )
 from podracer.types import Trajectory
@@ -72,11 +74,11 @@ def test_one_device_and_eight_devices_give_the_same_update(agent_name, config):
     for n in (1, 8):
         mesh = device_mesh(jax.devices()[:n])
         learn = data_parallel_learn(agent.learn, mesh)
-        state = jax.device_put(agent.init(jax.random.key(1)), NamedSharding(mesh, P()))
+        state = per_device(agent.init(jax.random.key(1)), mesh)
         sharded_traj = jax.device_put(traj, NamedSharding(mesh, TRAJECTORY_SPEC))
         for i in range(2):
             state, metrics = learn(state, (sharded_traj,), jax.random.key(2 + i))
-        results.append((jax.device_get(state.params), jax.device_get(metrics)))
+        results.append((jax.device_get(first_local_replica(state).params), jax.device_get(metrics)))
     (params_1, metrics_1), (params_8, metrics_8) = results
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=2e-4, atol=2e-6), params_1, params_8)
     np.testing.assert_allclose(metrics_1["loss"], metrics_8["loss"], rtol=1e-4, atol=1e-6)

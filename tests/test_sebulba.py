@@ -16,13 +16,14 @@ from agents import ImpalaConfig, PPOConfig
 from envs.host import HostEnv
 from sebulba.config import SebulbaConfig, geometry, topology
 from sebulba.lifecycle import WorkerFailed
+from podracer.parallel import first_local_replica
 from sebulba.run import train
 
 CARTPOLE_PPO = PPOConfig(learning_rate=1e-3)
 
 
 def _params(result):
-    return jax.tree.map(lambda x: np.asarray(x.addressable_data(0)), result.state.params)
+    return jax.device_get(first_local_replica(result.state).params)
 
 
 def test_device_and_batch_errors_come_before_anything_starts():
