@@ -1,12 +1,13 @@
-"""Agents: PPO and IMPALA/V-trace, as :class:`podracer.Agent` bundles usable by any architecture."""
+"""Agents: PPO, IMPALA/V-trace and MuZero, as :class:`podracer.Agent` bundles usable by any architecture."""
 
 from agents.actor_critic import ActorCriticConfig, LearnerState
 from podracer.types import BatchShape
 from agents.impala import ImpalaConfig, make_impala
+from agents.muzero import MuZeroConfig, make_muzero
 from agents.ppo import PPOConfig, make_ppo
 from agents.random_policy import make_random_policy
 
-AGENTS = {"ppo": (PPOConfig, make_ppo), "impala": (ImpalaConfig, make_impala)}
+AGENTS = {"ppo": (PPOConfig, make_ppo), "impala": (ImpalaConfig, make_impala), "muzero": (MuZeroConfig, make_muzero)}
 
 
 def make_agent(name: str, config, spec, shape: BatchShape = BatchShape()):
@@ -17,6 +18,6 @@ def make_agent(name: str, config, spec, shape: BatchShape = BatchShape()):
 
 
 __all__ = [
-    "AGENTS", "ActorCriticConfig", "ImpalaConfig", "LearnerState", "PPOConfig",
-    "make_agent", "make_impala", "make_ppo", "make_random_policy",
+    "AGENTS", "ActorCriticConfig", "ImpalaConfig", "LearnerState", "MuZeroConfig", "PPOConfig",
+    "make_agent", "make_impala", "make_muzero", "make_ppo", "make_random_policy",
 ]

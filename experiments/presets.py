@@ -35,6 +35,23 @@ ANAKIN_PRESETS: dict[str, dict] = {
         "anakin": {"num_envs": 64, "rollout_len": 16, "total_env_steps": 300_000},
         "agent_config": {"learning_rate": 3e-3},
     },
+    "catch_muzero": {
+        "about": "MuZero (Gumbel search, 8 simulations) on Catch, replay on the device; solves it in ~60k steps",
+        "agent": "muzero",
+        "env": "catch",
+        "anakin": {"num_envs": 16, "rollout_len": 16, "total_env_steps": 80_000},
+        "agent_config": {"num_simulations": 8, "td_steps": 9, "unroll_steps": 5, "replay_capacity": 400,
+                         "batch_size": 64, "replay_ratio": 4.0, "learning_rate": 4e-3, "support_max": 3.0,
+                         "support_bins": 21, "max_considered_actions": 3},
+    },
+    "cartpole_muzero": {
+        "about": "MuZero (Gumbel search, 16 simulations) on CartPole-v1",
+        "agent": "muzero",
+        "env": "cartpole",
+        "anakin": {"num_envs": 16, "rollout_len": 16, "total_env_steps": 200_000},
+        "agent_config": {"num_simulations": 16, "td_steps": 5, "replay_capacity": 1000, "batch_size": 64,
+                         "replay_ratio": 2.0, "learning_rate": 3e-3},
+    },
     "breakout_minatar_ppo": {
         "about": "PPO on gymnax's MinAtar Breakout (small conv torso)",
         "agent": "ppo",
@@ -59,6 +76,27 @@ def _atari_impala(num_devices: int, cpu_count: int) -> dict:
     }
 
 
+def _atari_muzero(num_devices: int, cpu_count: int) -> dict:
+    """Sebulba MuZero on Atari as the paper ran it (search on the actor cores), scaled to this host.
+
+    Small hosts (under 8 cores, e.g. a CPU-only machine) get a smaller learner
+    batch, search and replay (500 steps x 32 envs of 84x84x4 frames is ~0.45 GB
+    per learner device; 2000 is ~1.8 GB).
+    """
+    fitted = _atari_impala(num_devices, cpu_count)
+    learners = max(1, num_devices - 1)
+    small = cpu_count < 8
+    fitted["sebulba"].update(rollout_len=20, total_env_steps=50_000_000)
+    fitted["agent_config"] = {
+        "gamma": 0.997, "support_max": 30.0, "support_bins": 121, "learning_rate": 3e-4, "prioritized": True,
+        "num_simulations": 16 if small else 32,
+        "batch_size": (32 if small else 256) * learners,
+        "replay_capacity": 500 if small else 2000,
+        "replay_ratio": 0.25,
+    }
+    return fitted
+
+
 def _fixed(sebulba: dict, agent_config: dict):
     return lambda num_devices, cpu_count: {"sebulba": sebulba, "agent_config": agent_config}
 
@@ -76,6 +114,20 @@ SEBULBA_PRESETS: dict[str, dict] = {
         "agent": "impala",
         "env": "Breakout-v5",
         "fit": _atari_impala,
+    },
+    "cartpole_muzero": {
+        "about": "MuZero on envpool's CartPole-v1, search on the actor device, replay sharded over the learners",
+        "agent": "muzero",
+        "env": "CartPole-v1",
+        "fit": _fixed({"actor_threads": 1, "envs_per_thread": 16, "rollout_len": 16, "total_env_steps": 150_000},
+                      {"num_simulations": 16, "td_steps": 5, "replay_capacity": 1000, "batch_size": 64,
+                       "replay_ratio": 2.0, "learning_rate": 3e-3}),
+    },
+    "atari_muzero": {
+        "about": "MuZero on Atari (default Breakout-v5) in the paper's Sebulba style, fitted to the host",
+        "agent": "muzero",
+        "env": "Breakout-v5",
+        "fit": _atari_muzero,
     },
     "breakout_ppo": {
         "about": "PPO on Breakout-v5 as Cleanba's benchmark runs it: 16 envs x 32 steps, 1 actor thread",

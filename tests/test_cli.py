@@ -62,3 +62,16 @@ def test_presets_and_unknown_commands(capsys):
 def test_plot_reports_a_directory_without_metrics(tmp_path, capsys):
     assert main(["plot", str(tmp_path)]) == 2
     assert "has no metrics.jsonl" in capsys.readouterr().err
+
+
+def test_muzero_runs_over_devices_and_lanes_and_checks_its_batch(tmp_path, capsys):
+    run_dir = str(tmp_path / "run")
+    code = main(["anakin", "--agent", "muzero", "--env", "catch", "--num-devices", "4", "--lanes", "2",
+                 "--num-envs", "16", "--rollout-len", "8", "--total-env-steps", "1024", "--num-simulations", "4",
+                 "--batch-size", "16", "--td-steps", "3", "--unroll-steps", "2", "--replay-capacity", "40",
+                 "--logdir", run_dir, "--quiet"])
+    assert code == 0
+    records = [json.loads(line) for line in open(os.path.join(run_dir, "metrics.jsonl"))]
+    assert records[-1]["replay_ready"] == 1.0 and records[-1]["loss"] is not None
+    assert main(["anakin", "--agent", "muzero", "--num-devices", "8", "--num-envs", "8", "--batch-size", "60", "--quiet"]) == 2
+    assert "--batch-size 60 does not split evenly over 8 replicas" in capsys.readouterr().err

@@ -1,0 +1,135 @@
+"""MuZero throughput: search simulations/s over batch sizes and simulation counts, and Sebulba end to end.
+
+    python experiments/benchmark_muzero.py           # appends to docs/benchmarks.md
+    python experiments/benchmark_muzero.py --quick
+
+The search runs jitted on one device (the first); simulations/s = batch x
+simulations / seconds per search call, after compilation. The end-to-end runs
+are complete Sebulba runs (search on the actor device, learning on another).
+Each measurement prints one ``BENCH {...}`` JSON line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _search(env_id: str, batch: int, simulations: int, calls: int) -> dict:
+    import jax
+
+    from agents import MuZeroConfig, make_muzero
+    from envs.host import HostEnv
+    from podracer.types import BatchShape
+
+    env = HostEnv(env_id, 1, seed=0)
+    spec = env.spec
+    env.close()
+    config = MuZeroConfig(num_simulations=simulations, max_considered_actions=min(16, spec.num_actions))
+    agent = make_muzero(config, spec, BatchShape(1, 1, 1))
+    params = agent.init(jax.random.key(0)).params
+    obs = jax.numpy.zeros((batch, *spec.observation.shape), spec.observation.dtype)
+    search = jax.jit(lambda p, o, k: agent.search(p, o, k).action)
+    start = time.perf_counter()
+    jax.block_until_ready(search(params, obs, jax.random.key(0)))
+    compile_s = time.perf_counter() - start
+    start = time.perf_counter()
+    for i in range(calls):
+        jax.block_until_ready(search(params, obs, jax.random.key(i)))
+    seconds = (time.perf_counter() - start) / calls
+    return {"ms_per_search": 1e3 * seconds, "simulations_per_s": batch * simulations / seconds, "compile_s": compile_s}
+
+
+def _sebulba(env_id: str, envs_per_thread: int, simulations: int, updates: int) -> dict:
+    from agents import MuZeroConfig
+    from sebulba.config import SebulbaConfig
+    from sebulba.run import train
+
+    rollout = 16
+    config = SebulbaConfig(actor_devices="0", learner_devices="1", envs_per_thread=envs_per_thread,
+                           rollout_len=rollout, total_env_steps=updates * envs_per_thread * rollout,
+                           log_interval=updates * envs_per_thread * rollout)
+    agent_config = MuZeroConfig(num_simulations=simulations, replay_capacity=200, batch_size=64)
+    result = train("muzero", agent_config, env_id, config, quiet=True)
+    return {"sps": result.env_steps / result.train_seconds, "fps": result.frames / result.train_seconds,
+            "timings": result.timings, "train_s": result.train_seconds}
+
+
+def worker(spec_json: str) -> None:
+    import jax
+
+    jax.config.update("jax_cpu_enable_async_dispatch", False)
+    sys.path.insert(0, ROOT)
+    spec = json.loads(spec_json)
+    kind = spec.pop("kind")
+    result = {"search": _search, "sebulba": _sebulba}[kind](**spec)
+    print("BENCH " + json.dumps({"kind": kind, **json.loads(spec_json), **result}), flush=True)
+
+
+def measure(kind: str, **spec) -> dict:
+    env = {**os.environ, "XLA_FLAGS": f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count=2"}
+    command = [sys.executable, os.path.abspath(__file__), "--worker", json.dumps({"kind": kind, **spec})]
+    out = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT)
+    for line in out.stdout.splitlines():
+        if line.startswith("BENCH "):
+            print(line, flush=True)
+            return json.loads(line[len("BENCH "):])
+    raise RuntimeError(f"{kind} {spec} failed:\n{out.stderr[-3000:]}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--out", default="docs/benchmarks.md", help="markdown report to append to ('' for none)")
+    parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        return worker(args.worker)
+    batches = (16, 256) if args.quick else (16, 64, 256)
+    simulations = (8, 32) if args.quick else (8, 16, 32, 64)
+    searches = [measure("search", env_id="CartPole-v1", batch=b, simulations=s, calls=10)
+                for b in batches for s in simulations]
+    searches.append(measure("search", env_id="Breakout-v5", batch=16, simulations=16, calls=3))
+    runs = [measure("sebulba", env_id="CartPole-v1", envs_per_thread=16, simulations=16, updates=40)]
+    if not args.quick:
+        runs.append(measure("sebulba", env_id="Breakout-v5", envs_per_thread=8, simulations=8, updates=4))
+
+    lines = [
+        "",
+        "# MuZero throughput",
+        "",
+        "`python experiments/benchmark_muzero.py` on the same machine: Gumbel MuZero search (mctx) with the",
+        "default networks (MLP for CartPole, the downsampling ResNet at widths 32/64 for Atari), one CPU device.",
+        "",
+        "| env | batch | simulations | ms per search | simulations/s |",
+        "|---|---|---|---|---|",
+    ]
+    for r in searches:
+        lines.append(f"| {r['env_id']} | {r['batch']} | {r['simulations']} | {r['ms_per_search']:.1f} | "
+                     f"{r['simulations_per_s']:,.0f} |")
+    lines += [
+        "",
+        "Sebulba MuZero end to end (actor on CPU device 0 with the search, learner on CPU device 1, rollout 16):",
+        "",
+        "| env | envs per thread | simulations | agent steps/s | frames/s | inference s | learner update s |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in runs:
+        t = r["timings"]
+        lines.append(f"| {r['env_id']} | {r['envs_per_thread']} | {r['simulations']} | {r['sps']:,.1f} | "
+                     f"{r['fps']:,.0f} | {t.get('inference', 0):.1f} | {t.get('learner_update', 0):.1f} |")
+    report = "\n".join(lines) + "\n"
+    print(report)
+    if args.out:
+        with open(args.out, "a") as f:
+            f.write(report)
+
+
+if __name__ == "__main__":
+    main()
