@@ -158,7 +158,7 @@ def main() -> None:
     train_rows = [measure("train", env_id=ATARI[0], agent="ppo", envs_per_thread=16, actor_devices="0",
                           learner_devices="1", actor_threads=1, rollout_len=32, updates=6)]
     batches = (32, 128) if args.quick else (32, 64, 128)
-    splits = [("0", "1")] if args.quick else [("0", "1"), ("0", "1,2,3"), ("0,1", "2,3")]
+    splits = [("0", "1")] if args.quick else [("0", "1"), ("0", "1,2"), ("0,1", "2,3")]
     for actor_devices, learner_devices in splits:
         for batch in batches:
             devices = 1 + max(int(i) for i in (actor_devices + "," + learner_devices).split(","))

@@ -7,6 +7,7 @@ lists IMPALA's; a ``--preset`` fills in defaults that explicit flags override.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import sys
@@ -17,8 +18,11 @@ from agents import AGENTS
 from anakin.config import AnakinConfig
 from envs.host import HostEnvConfig
 from experiments.presets import ANAKIN_PRESETS, DEFAULT_ANAKIN_PRESET, DEFAULT_SEBULBA_PRESET, SEBULBA_PRESETS
+from podracer.checkpoint import CheckpointConfig
 from podracer.config import add_flags, from_flags
+from podracer.distributed import CoordinatorUnreachable
 from podracer.errors import NonFiniteLossError
+from podracer.runlog import CONFIG_FILE
 from sebulba.config import SebulbaConfig
 from sebulba.lifecycle import WorkerFailed
 
@@ -32,6 +36,7 @@ class Architecture(NamedTuple):
     default_preset: str
     env_help: str
     config_groups: tuple[tuple[str, type], ...]  # (title, dataclass) of architecture-level flags
+    multi_process: bool  # takes --coordinator/--num-processes/--process-id and --resume
 
 
 ANAKIN = Architecture(
@@ -39,7 +44,8 @@ ANAKIN = Architecture(
     "Train an agent with Anakin: environments, acting and learning together on every device.",
     ANAKIN_PRESETS, DEFAULT_ANAKIN_PRESET,
     "catch, cartpole or gymnax:<id>, e.g. gymnax:Breakout-MinAtar",
-    (("Anakin", AnakinConfig),),
+    (("Anakin", AnakinConfig), ("checkpoints", CheckpointConfig)),
+    True,
 )
 SEBULBA = Architecture(
     "sebulba",
@@ -48,6 +54,7 @@ SEBULBA = Architecture(
     SEBULBA_PRESETS, DEFAULT_SEBULBA_PRESET,
     "an envpool id, e.g. CartPole-v1, Breakout-v5, Pong-v5",
     (("Sebulba", SebulbaConfig), ("host environments", HostEnvConfig)),
+    False,
 )
 
 
@@ -62,6 +69,12 @@ def _early_flags(arch: Architecture, argv: list[str]) -> argparse.Namespace:
     early.add_argument("--preset", choices=sorted(arch.presets), default=arch.default_preset)
     early.add_argument("--agent", choices=sorted(AGENTS))
     early.add_argument("--cpu-devices", type=int, default=0)
+    if arch.multi_process:
+        early.add_argument("--resume", default=None)
+        early.add_argument("--coordinator", default=None)
+        early.add_argument("--num-processes", type=int, default=None)
+        early.add_argument("--process-id", type=int, default=None)
+        early.add_argument("--coordinator-timeout", type=float, default=300.0)
     return early.parse_known_args(argv)[0]
 
 
@@ -75,10 +88,23 @@ def _preset_defaults(arch: Architecture, preset: dict) -> dict:
     return {"Sebulba": fitted["sebulba"], "agent_config": fitted["agent_config"]}
 
 
-def build_parser(arch: Architecture, preset_name: str, agent_name: str | None) -> argparse.ArgumentParser:
+def _resumed_defaults(run_dir: str) -> dict:
+    """The saved run's settings, as defaults: ``--resume DIR`` alone continues it unchanged."""
+    path = os.path.join(run_dir, CONFIG_FILE)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"--resume {run_dir}: no {CONFIG_FILE} there, so no run to resume")
+    saved = json.load(open(path))
+    return {"agent": saved["agent"], "env": saved["env"], "Anakin": saved["anakin"],
+            "agent_config": saved["agent_config"]}
+
+
+def build_parser(arch: Architecture, preset_name: str, agent_name: str | None,
+                 resumed: dict | None = None) -> argparse.ArgumentParser:
     preset = arch.presets[preset_name]
+    if resumed is not None:
+        preset = {**preset, "agent": resumed["agent"], "env": resumed["env"]}
     agent_name = agent_name or preset["agent"]
-    defaults = _preset_defaults(arch, preset)
+    defaults = resumed or _preset_defaults(arch, preset)
     parser = argparse.ArgumentParser(
         prog=f"podracer {arch.name}",
         description=arch.description,
@@ -95,6 +121,17 @@ def build_parser(arch: Architecture, preset_name: str, agent_name: str | None) -
     parser.add_argument("--quiet", action="store_true", help="print nothing but errors and the RESULT line")
     parser.add_argument("--cpu-devices", type=int, default=0, metavar="N",
                         help="split the host CPU into N devices, to try multi-device runs without accelerators")
+    if arch.multi_process:
+        parser.add_argument("--resume", default=None, metavar="DIR",
+                            help="continue the run in DIR from its newest checkpoint, with its saved settings "
+                            "(flags that change them are refused)")
+        group = parser.add_argument_group("multi-process (started automatically on TPU VM slices and under Slurm)")
+        group.add_argument("--coordinator", default=None, metavar="HOST:PORT",
+                           help="address of process 0, which serves the coordinator")
+        group.add_argument("--num-processes", type=int, default=None, help="processes in the run (one per host)")
+        group.add_argument("--process-id", type=int, default=None, help="this process's index, 0..N-1")
+        group.add_argument("--coordinator-timeout", type=float, default=300.0, metavar="S",
+                           help="seconds to wait for the coordinator and the other processes (default: 300)")
     for title, cls in arch.config_groups:
         add_flags(parser.add_argument_group(title), cls, defaults.get(title, {}))
     agent_defaults = defaults["agent_config"] if agent_name == preset["agent"] else {}
@@ -106,9 +143,10 @@ def _train_anakin(args, agent_config, run_dir):
     from anakin.run import train
 
     config = from_flags(AnakinConfig, args)
-    result = train(args.agent, agent_config, args.env, config, run_dir, quiet=args.quiet)
-    sps = result.env_steps * config.num_seeds / result.train_seconds
-    return result, f"sps={sps:.0f}", None
+    result = train(args.agent, agent_config, args.env, config, run_dir, quiet=args.quiet,
+                   checkpoint=from_flags(CheckpointConfig, args), resume=args.resume is not None)
+    sps = result.env_steps * config.num_seeds / max(result.train_seconds, 1e-9)
+    return result, f"sps={sps:.0f}", result.stopped_by
 
 
 def _train_sebulba(args, agent_config, run_dir):
@@ -135,12 +173,25 @@ def run_architecture(arch: Architecture, argv: list[str]) -> int:
         # Actor threads block on every inference call; on CPU devices asynchronous dispatch only adds a
         # thread hand-off to each (measured: ~100 -> ~55 us per call).
         jax.config.update("jax_cpu_enable_async_dispatch", False)
-    args = build_parser(arch, early.preset, early.agent).parse_args(argv)
-    run_dir = args.logdir or _default_run_dir(arch.name, args.agent, args.env)
+    try:
+        if arch.multi_process:
+            from podracer.distributed import initialize
+
+            initialize(early.coordinator, early.num_processes, early.process_id, early.coordinator_timeout)
+        resumed = _resumed_defaults(early.resume) if arch.multi_process and early.resume else None
+    except (ValueError, FileNotFoundError, CoordinatorUnreachable) as error:
+        print(f"podracer {arch.name}: error: {error}", file=sys.stderr)
+        return 2
+    args = build_parser(arch, early.preset, early.agent, resumed).parse_args(argv)
+    if resumed is not None and args.logdir not in (None, args.resume):
+        print(f"podracer {arch.name}: error: --resume continues in its own directory; drop --logdir",
+              file=sys.stderr)
+        return 2
+    run_dir = getattr(args, "resume", None) or args.logdir or _default_run_dir(arch.name, args.agent, args.env)
     try:
         agent_config = from_flags(AGENTS[args.agent][0], args)
         result, rates, stopped_by = TRAINERS[arch.name](args, agent_config, run_dir)
-    except (ValueError, FileExistsError) as error:
+    except (ValueError, FileExistsError, FileNotFoundError) as error:
         print(f"podracer {arch.name}: error: {error}", file=sys.stderr)
         return 2
     except NonFiniteLossError as error:

@@ -61,6 +61,10 @@ class RunLog:
       total_env_steps: the run's length in env steps (per seed), for the ETA.
       quiet: print nothing.
       stream: where progress goes (default stderr, so stdout stays machine-readable).
+      resume_update: continue the run in ``run_dir`` from a checkpoint at this
+        update: records after it (logged before the run stopped) are dropped
+        from ``metrics.jsonl`` and TensorBoard, so the metrics have no gaps or
+        duplicates; ``config.json`` is kept.
     """
 
     def __init__(
@@ -70,6 +74,7 @@ class RunLog:
         total_env_steps: int,
         quiet: bool = False,
         stream: TextIO | None = None,
+        resume_update: int | None = None,
     ):
         self.run_dir = run_dir
         self.total_env_steps = total_env_steps
@@ -78,18 +83,27 @@ class RunLog:
         self.records: list[dict] = []
         self._metrics_file = None
         self._writer = None
-        if run_dir is not None:
-            os.makedirs(run_dir, exist_ok=True)
-            if os.path.exists(os.path.join(run_dir, METRICS_FILE)):
-                raise FileExistsError(
-                    f"{run_dir} already holds a run ({METRICS_FILE}); choose another --logdir"
-                )
+        if run_dir is None:
+            return
+        os.makedirs(run_dir, exist_ok=True)
+        metrics_path = os.path.join(run_dir, METRICS_FILE)
+        purge_step = None
+        if resume_update is None:
+            if os.path.exists(metrics_path):
+                raise FileExistsError(f"{run_dir} already holds a run ({METRICS_FILE}); choose another --logdir")
             with open(os.path.join(run_dir, CONFIG_FILE), "w") as f:
                 json.dump(_jsonable(config), f, indent=2, sort_keys=True)
-            self._metrics_file = open(os.path.join(run_dir, METRICS_FILE), "a")
-            from tensorboardX import SummaryWriter
+        else:
+            if os.path.exists(metrics_path):
+                with open(metrics_path) as f:
+                    self.records = [r for r in map(json.loads, f) if r["update"] <= resume_update]
+            with open(metrics_path, "w") as f:
+                f.writelines(json.dumps(r) + "\n" for r in self.records)
+            purge_step = self.records[-1]["env_steps"] + 1 if self.records else 0
+        self._metrics_file = open(metrics_path, "a")
+        from tensorboardX import SummaryWriter
 
-            self._writer = SummaryWriter(run_dir)
+        self._writer = SummaryWriter(run_dir, purge_step=purge_step)
 
     def message(self, text: str) -> None:
         if not self.quiet:

@@ -1,13 +1,12 @@
-"""Thread lifecycle: a failing thread stops the run with its traceback; signals stop it cleanly.
+"""Thread lifecycle: a failing thread stops the run with its traceback.
 
 Every blocking wait in Sebulba (queues, parameter versions) polls a shared
-``stop`` event, so setting it always ends the run within a fraction of a second.
+``stop`` event, so setting it always ends the run within a fraction of a second
+(:func:`podracer.signals.stop_on_signals` sets it on SIGINT and SIGTERM).
 """
 
 from __future__ import annotations
 
-import contextlib
-import signal
 import threading
 from typing import Callable
 
@@ -51,22 +50,3 @@ class ThreadGroup:
         for thread in self.threads:
             thread.join(timeout=JOIN_TIMEOUT_S)
         return [t.name for t in self.threads if t.is_alive()]
-
-
-@contextlib.contextmanager
-def stop_on_signals(stop: threading.Event, caught: list[str]):
-    """While active, SIGINT and SIGTERM set ``stop`` (their names go into ``caught``)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum, frame):
-        caught.append(signal.Signals(signum).name)
-        stop.set()
-
-    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)

@@ -30,10 +30,11 @@ from podracer.parallel import (
     per_device,
 )
 from podracer.runlog import RunLog, Stopwatch, resident_memory_mb
+from podracer.signals import stop_on_signals
 from podracer.types import Agent, BatchShape, EnvSpec, Trajectory
 from sebulba.actor import Actor, Rollout, Timer, make_actor_program
 from sebulba.config import Geometry, SebulbaConfig, default_env_threads, geometry, topology
-from sebulba.lifecycle import ThreadGroup, stop_on_signals
+from sebulba.lifecycle import ThreadGroup
 from sebulba.params import ParamsStore, StopRequested
 
 COMPONENTS = ("env_step", "inference", "transfer", "queue_put", "params_wait")  # actor threads

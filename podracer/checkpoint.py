@@ -1,0 +1,118 @@
+"""Checkpoints of a run with orbax-checkpoint: periodic, on a stop signal, the last K kept, exact resume.
+
+A checkpoint is ``RUN_DIR/checkpoints/<update>/`` holding the architecture's
+whole state (an arbitrary pytree of possibly sharded, multi-process arrays,
+PRNG keys included) and a JSON ``meta`` record: the format version, the run's
+*fingerprint* (everything that decides its numbers) and counters (updates done,
+training seconds, ...). Every process calls :meth:`Checkpointer.save`; orbax
+writes each process's shards and coordinates the commit.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from typing import Any
+
+import jax
+
+from podracer.config import knob
+
+FORMAT_VERSION = 1
+CHECKPOINT_DIR = "checkpoints"
+
+
+class IncompatibleCheckpoint(ValueError):
+    """A checkpoint that this version or this configuration cannot resume."""
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckpointConfig:
+    checkpoint_every: int = knob(0, "updates between checkpoints (0: only on a stop signal and at the end)")
+    checkpoint_minutes: float = knob(0.0, "also checkpoint when this many minutes passed since the last (0: off)")
+    checkpoint_keep: int = knob(3, "checkpoints kept (the oldest are deleted)")
+
+
+def _manager(run_dir: str, keep: int = 3):
+    import orbax.checkpoint as ocp
+
+    options = ocp.CheckpointManagerOptions(max_to_keep=keep, create=True, enable_async_checkpointing=False)
+    return ocp.CheckpointManager(os.path.abspath(os.path.join(run_dir, CHECKPOINT_DIR)), options=options)
+
+
+class Checkpointer:
+    """Saves ``(state, counters)`` under ``run_dir`` when due; ``run_dir=None`` saves nothing."""
+
+    def __init__(self, run_dir: str | None, fingerprint: dict, config: CheckpointConfig = CheckpointConfig()):
+        if config.checkpoint_every < 0 or config.checkpoint_minutes < 0 or config.checkpoint_keep < 1:
+            raise ValueError("--checkpoint-every and --checkpoint-minutes must be >= 0, --checkpoint-keep >= 1")
+        self.config, self.fingerprint = config, fingerprint
+        self.manager = _manager(run_dir, config.checkpoint_keep) if run_dir is not None else None
+        self.last_update, self.last_time = 0, time.monotonic()
+
+    def due(self, update: int) -> bool:
+        every, minutes = self.config.checkpoint_every, self.config.checkpoint_minutes
+        by_updates = every > 0 and update - self.last_update >= every
+        by_time = minutes > 0 and time.monotonic() - self.last_time >= 60 * minutes
+        return by_updates or by_time
+
+    def save(self, update: int, state: Any, counters: dict) -> None:
+        if self.manager is None or update in self.manager.all_steps():
+            return
+        import orbax.checkpoint as ocp
+
+        meta = {"format_version": FORMAT_VERSION, "fingerprint": self.fingerprint, "counters": counters}
+        self.manager.save(update, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
+                                                          meta=ocp.args.JsonSave(meta)))
+        self.manager.wait_until_finished()
+        self.last_update, self.last_time = update, time.monotonic()
+
+    def close(self) -> None:
+        if self.manager is not None:
+            self.manager.close()
+
+
+def _differences(saved: dict, current: dict, prefix: str = "") -> list[str]:
+    out = []
+    for key in sorted(set(saved) | set(current)):
+        a, b = saved.get(key), current.get(key)
+        if isinstance(a, dict) and isinstance(b, dict):
+            out += _differences(a, b, f"{prefix}{key}.")
+        elif a != b:
+            out.append(f"{prefix}{key}: {a!r} in the checkpoint, {b!r} now")
+    return out
+
+
+def restore(run_dir: str, like: Any, fingerprint: dict) -> tuple[Any, dict]:
+    """The newest checkpoint's ``(state, counters)``; ``like`` is a state of the right structure and shardings.
+
+    Raises :class:`IncompatibleCheckpoint` for another format version or a
+    fingerprint that differs (naming the differences), FileNotFoundError when
+    there is no checkpoint.
+    """
+    import orbax.checkpoint as ocp
+
+    manager = _manager(run_dir)
+    try:
+        step = manager.latest_step()
+        if step is None:
+            raise FileNotFoundError(f"{os.path.join(run_dir, CHECKPOINT_DIR)} holds no checkpoint to resume from")
+        meta = manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore())).meta
+        version = meta.get("format_version")
+        if version != FORMAT_VERSION:
+            raise IncompatibleCheckpoint(
+                f"the checkpoint at update {step} has format version {version}; this podracer reads version "
+                f"{FORMAT_VERSION}: resume it with the podracer version that wrote it"
+            )
+        differences = _differences(meta["fingerprint"], fingerprint)
+        if differences:
+            raise IncompatibleCheckpoint(
+                f"{run_dir} was run with a different configuration; resume it unchanged or start a new run:\n  "
+                + "\n  ".join(differences)
+            )
+        abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, like)
+        state = manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract))).state
+        return state, meta["counters"]
+    finally:
+        manager.close()

@@ -1,0 +1,100 @@
+"""Checkpoints: SIGTERM mid-run then --resume ends with exactly the uninterrupted parameters; clear refusals."""
+
+import dataclasses
+import glob
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import jax
+import numpy as np
+import pytest
+
+from agents import PPOConfig
+from anakin import AnakinConfig, train
+from experiments.cli import main
+from experiments.presets import ANAKIN_PRESETS
+from podracer.distributed import CoordinatorUnreachable, initialize
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PRESET = ANAKIN_PRESETS["catch_ppo"]
+FLAGS = ["--preset", "catch_ppo", "--num-devices", "2", "--total-env-steps", "150000", "--log-interval", "4096",
+         "--checkpoint-every", "8"]
+CONFIG = AnakinConfig(**{**PRESET["anakin"], "total_env_steps": 150_000, "log_interval": 4096}, num_devices=2)
+
+
+def _params(state):
+    return jax.tree.map(lambda x: np.asarray(x.addressable_data(0)), state.learner.params)
+
+
+def _cli(*args):
+    return [sys.executable, "-m", "experiments.cli", "anakin", *args]
+
+
+def _sigterm_after_progress(command, lines: int) -> int:
+    """Runs ``command``, sends SIGTERM once it printed ``lines`` progress lines, returns its exit code."""
+    proc = subprocess.Popen(command, cwd=ROOT, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    seen = 0
+    for line in proc.stderr:
+        seen += line.startswith("env steps")
+        if seen == lines:
+            proc.send_signal(signal.SIGTERM)
+            break
+    proc.stderr.read()
+    return proc.wait(timeout=120)
+
+
+def test_sigterm_then_resume_gives_the_uninterrupted_parameters_and_gapless_metrics(tmp_path):
+    run_dir = str(tmp_path / "stopped")
+    assert _sigterm_after_progress(_cli(*FLAGS, "--logdir", run_dir), lines=3) == 143
+    stopped = [json.loads(line) for line in open(os.path.join(run_dir, "metrics.jsonl"))]
+    assert stopped and stopped[-1]["update"] < 147  # it really stopped mid-way
+    assert glob.glob(os.path.join(run_dir, "checkpoints", str(stopped[-1]["update"])))
+
+    resumed = train("ppo", PPOConfig(**PRESET["agent_config"]), "catch", CONFIG, run_dir, quiet=True, resume=True)
+    reference = train("ppo", PPOConfig(**PRESET["agent_config"]), "catch", CONFIG, quiet=True)
+    jax.tree.map(np.testing.assert_array_equal, _params(resumed.state), _params(reference.state))
+
+    records = [json.loads(line) for line in open(os.path.join(run_dir, "metrics.jsonl"))]
+    updates = [r["update"] for r in records]
+    assert updates == sorted(set(updates)) and updates[-1] == reference.records[-1]["update"]
+    assert records[:len(stopped)] == stopped  # the metrics before the stop are kept as written
+    steps_per_update = records[0]["env_steps"] // records[0]["update"]
+    assert all(r["env_steps"] == r["update"] * steps_per_update for r in records)
+    assert records[-1]["time"] > stopped[-1]["time"]  # training time continues
+
+
+def test_resume_refuses_another_configuration_and_another_format(tmp_path, capsys):
+    run_dir = str(tmp_path / "run")
+    small = ["--preset", "catch_ppo", "--num-devices", "1", "--total-env-steps", "4096", "--quiet"]
+    assert main(["anakin", *small, "--logdir", run_dir]) == 0
+    assert main(["anakin", "--resume", run_dir, "--learning-rate", "0.5", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "different configuration" in err and "learning_rate: 0.001 in the checkpoint, 0.5 now" in err
+
+    (meta,) = glob.glob(os.path.join(run_dir, "checkpoints", "*", "meta", "metadata"))
+    saved = json.load(open(meta))
+    json.dump({**saved, "format_version": 99}, open(meta, "w"))
+    assert main(["anakin", "--resume", run_dir, "--quiet"]) == 2
+    assert "format version 99" in capsys.readouterr().err
+
+    assert main(["anakin", "--resume", str(tmp_path / "nothing"), "--quiet"]) == 2
+    assert "no config.json there" in capsys.readouterr().err
+
+
+def test_an_unreachable_coordinator_times_out_with_a_message():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nothing listens here once closed
+    start = time.monotonic()
+    with pytest.raises(CoordinatorUnreachable, match=f"no coordinator answered at 127.0.0.1:{port} within 2s"):
+        initialize(f"127.0.0.1:{port}", 2, 1, timeout_s=2)
+    assert time.monotonic() - start < 10
+    with pytest.raises(ValueError, match="go together"):
+        initialize("127.0.0.1:1234", None, 1)
+    with pytest.raises(ValueError, match="--process-id must be in 0..1"):
+        initialize("127.0.0.1:1234", 2, 2)
