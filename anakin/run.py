@@ -16,6 +16,7 @@ from agents import make_agent
 from anakin.config import AnakinConfig, geometry, loop_on_device
 from anakin.program import CallStats, RunnerState, anakin_mesh, make_anakin
 from podracer.checkpoint import CheckpointConfig, Checkpointer, restore
+from podracer.distributed import any_process
 from podracer.errors import NonFiniteLossError
 from podracer.parallel import fetch_replicated
 from podracer.runlog import RunLog, Stopwatch
@@ -165,8 +166,9 @@ def train_agent(
 
         per_call = geo.updates_per_call if program.loop_on_device else 1
         window, window_updates, window_start = None, 0, clock.total
+        stopping = False  # agreed by every process: a signal may reach only some of them
         with stop_on_signals(stop, caught):
-            while done < geo.num_updates and not stop.is_set():
+            while done < geo.num_updates and not stopping:
                 n = min(per_call, geo.num_updates - done)
                 with clock:
                     state, stats = run(state, np.int32(n))
@@ -175,16 +177,18 @@ def train_agent(
                 done += n
                 window = stats if window is None else jax.tree.map(np.add, window, stats)
                 window_updates += n
-                if window_updates >= geo.updates_per_call or done == geo.num_updates or stop.is_set():
+                stopping = any_process(stop.is_set())
+                if window_updates >= geo.updates_per_call or done == geo.num_updates or stopping:
                     _log_window(log, geo, done, clock.total, clock.total - window_start, window, window_updates)
                     window, window_updates, window_start = None, 0, clock.total
                     if checkpointer.due(done):
                         save()
             save()
-        if caught:
-            log.message(f"stopped by {caught[0]} at update {done}; resume with --resume {run_dir}")
+        if stopping:
+            reason = caught[0] if caught else "SIGTERM"  # another process was signalled
+            log.message(f"stopped by {reason} at update {done}; resume with --resume {run_dir}")
             return AnakinResult(state, log.records, compile_seconds, clock.total, done * geo.steps_per_update,
-                                caught[0])
+                                reason)
         log.message(
             f"done: {total_steps:,} env steps per seed in {clock.total:.1f}s "
             f"({total_steps * geo.num_seeds / clock.total:,.0f} steps/s after a {compile_seconds:.1f}s compile)"

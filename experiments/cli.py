@@ -36,7 +36,6 @@ class Architecture(NamedTuple):
     default_preset: str
     env_help: str
     config_groups: tuple[tuple[str, type], ...]  # (title, dataclass) of architecture-level flags
-    multi_process: bool  # takes --coordinator/--num-processes/--process-id and --resume
 
 
 ANAKIN = Architecture(
@@ -45,7 +44,6 @@ ANAKIN = Architecture(
     ANAKIN_PRESETS, DEFAULT_ANAKIN_PRESET,
     "catch, cartpole or gymnax:<id>, e.g. gymnax:Breakout-MinAtar",
     (("Anakin", AnakinConfig), ("checkpoints", CheckpointConfig)),
-    True,
 )
 SEBULBA = Architecture(
     "sebulba",
@@ -53,9 +51,9 @@ SEBULBA = Architecture(
     "a data-parallel learner on learner devices.",
     SEBULBA_PRESETS, DEFAULT_SEBULBA_PRESET,
     "an envpool id, e.g. CartPole-v1, Breakout-v5, Pong-v5",
-    (("Sebulba", SebulbaConfig), ("host environments", HostEnvConfig)),
-    False,
+    (("Sebulba", SebulbaConfig), ("host environments", HostEnvConfig), ("checkpoints", CheckpointConfig)),
 )
+SAVED_GROUPS = {"Anakin": "anakin", "Sebulba": "sebulba", "host environments": "host_env"}  # in config.json
 
 
 def _default_run_dir(architecture: str, agent: str, env: str) -> str:
@@ -69,12 +67,11 @@ def _early_flags(arch: Architecture, argv: list[str]) -> argparse.Namespace:
     early.add_argument("--preset", choices=sorted(arch.presets), default=arch.default_preset)
     early.add_argument("--agent", choices=sorted(AGENTS))
     early.add_argument("--cpu-devices", type=int, default=0)
-    if arch.multi_process:
-        early.add_argument("--resume", default=None)
-        early.add_argument("--coordinator", default=None)
-        early.add_argument("--num-processes", type=int, default=None)
-        early.add_argument("--process-id", type=int, default=None)
-        early.add_argument("--coordinator-timeout", type=float, default=300.0)
+    early.add_argument("--resume", default=None)
+    early.add_argument("--coordinator", default=None)
+    early.add_argument("--num-processes", type=int, default=None)
+    early.add_argument("--process-id", type=int, default=None)
+    early.add_argument("--coordinator-timeout", type=float, default=300.0)
     return early.parse_known_args(argv)[0]
 
 
@@ -94,8 +91,8 @@ def _resumed_defaults(run_dir: str) -> dict:
     if not os.path.exists(path):
         raise FileNotFoundError(f"--resume {run_dir}: no {CONFIG_FILE} there, so no run to resume")
     saved = json.load(open(path))
-    return {"agent": saved["agent"], "env": saved["env"], "Anakin": saved["anakin"],
-            "agent_config": saved["agent_config"]}
+    groups = {title: saved[key] for title, key in SAVED_GROUPS.items() if key in saved}
+    return {"agent": saved["agent"], "env": saved["env"], "agent_config": saved["agent_config"], **groups}
 
 
 def build_parser(arch: Architecture, preset_name: str, agent_name: str | None,
@@ -121,17 +118,16 @@ def build_parser(arch: Architecture, preset_name: str, agent_name: str | None,
     parser.add_argument("--quiet", action="store_true", help="print nothing but errors and the RESULT line")
     parser.add_argument("--cpu-devices", type=int, default=0, metavar="N",
                         help="split the host CPU into N devices, to try multi-device runs without accelerators")
-    if arch.multi_process:
-        parser.add_argument("--resume", default=None, metavar="DIR",
-                            help="continue the run in DIR from its newest checkpoint, with its saved settings "
-                            "(flags that change them are refused)")
-        group = parser.add_argument_group("multi-process (started automatically on TPU VM slices and under Slurm)")
-        group.add_argument("--coordinator", default=None, metavar="HOST:PORT",
-                           help="address of process 0, which serves the coordinator")
-        group.add_argument("--num-processes", type=int, default=None, help="processes in the run (one per host)")
-        group.add_argument("--process-id", type=int, default=None, help="this process's index, 0..N-1")
-        group.add_argument("--coordinator-timeout", type=float, default=300.0, metavar="S",
-                           help="seconds to wait for the coordinator and the other processes (default: 300)")
+    parser.add_argument("--resume", default=None, metavar="DIR",
+                        help="continue the run in DIR from its newest checkpoint, with its saved settings "
+                        "(flags that change them are refused)")
+    group = parser.add_argument_group("multi-process (started automatically on TPU VM slices and under Slurm)")
+    group.add_argument("--coordinator", default=None, metavar="HOST:PORT",
+                       help="address of process 0, which serves the coordinator")
+    group.add_argument("--num-processes", type=int, default=None, help="processes in the run (one per host)")
+    group.add_argument("--process-id", type=int, default=None, help="this process's index, 0..N-1")
+    group.add_argument("--coordinator-timeout", type=float, default=300.0, metavar="S",
+                       help="seconds to wait for the coordinator and the other processes (default: 300)")
     for title, cls in arch.config_groups:
         add_flags(parser.add_argument_group(title), cls, defaults.get(title, {}))
     agent_defaults = defaults["agent_config"] if agent_name == preset["agent"] else {}
@@ -153,7 +149,8 @@ def _train_sebulba(args, agent_config, run_dir):
     from sebulba.run import train
 
     result = train(args.agent, agent_config, args.env, from_flags(SebulbaConfig, args), from_flags(HostEnvConfig, args),
-                   run_dir, quiet=args.quiet)
+                   run_dir, quiet=args.quiet, checkpoint=from_flags(CheckpointConfig, args),
+                   resume=args.resume is not None)
     seconds = max(result.train_seconds, 1e-9)
     rates = f"sps={result.env_steps / seconds:.0f} fps={result.frames / seconds:.0f}"
     return result, rates, result.stopped_by
@@ -174,11 +171,10 @@ def run_architecture(arch: Architecture, argv: list[str]) -> int:
         # thread hand-off to each (measured: ~100 -> ~55 us per call).
         jax.config.update("jax_cpu_enable_async_dispatch", False)
     try:
-        if arch.multi_process:
-            from podracer.distributed import initialize
+        from podracer.distributed import initialize
 
-            initialize(early.coordinator, early.num_processes, early.process_id, early.coordinator_timeout)
-        resumed = _resumed_defaults(early.resume) if arch.multi_process and early.resume else None
+        initialize(early.coordinator, early.num_processes, early.process_id, early.coordinator_timeout)
+        resumed = _resumed_defaults(early.resume) if early.resume else None
     except (ValueError, FileNotFoundError, CoordinatorUnreachable) as error:
         print(f"podracer {arch.name}: error: {error}", file=sys.stderr)
         return 2
@@ -187,7 +183,7 @@ def run_architecture(arch: Architecture, argv: list[str]) -> int:
         print(f"podracer {arch.name}: error: --resume continues in its own directory; drop --logdir",
               file=sys.stderr)
         return 2
-    run_dir = getattr(args, "resume", None) or args.logdir or _default_run_dir(arch.name, args.agent, args.env)
+    run_dir = args.resume or args.logdir or _default_run_dir(arch.name, args.agent, args.env)
     try:
         agent_config = from_flags(AGENTS[args.agent][0], args)
         result, rates, stopped_by = TRAINERS[arch.name](args, agent_config, run_dir)

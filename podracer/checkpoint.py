@@ -18,6 +18,7 @@ from typing import Any
 import jax
 
 from podracer.config import knob
+from podracer.distributed import any_process
 
 FORMAT_VERSION = 1
 CHECKPOINT_DIR = "checkpoints"
@@ -54,7 +55,7 @@ class Checkpointer:
     def due(self, update: int) -> bool:
         every, minutes = self.config.checkpoint_every, self.config.checkpoint_minutes
         by_updates = every > 0 and update - self.last_update >= every
-        by_time = minutes > 0 and time.monotonic() - self.last_time >= 60 * minutes
+        by_time = minutes > 0 and any_process(time.monotonic() - self.last_time >= 60 * minutes)  # clocks differ
         return by_updates or by_time
 
     def save(self, update: int, state: Any, counters: dict) -> None:
@@ -71,6 +72,15 @@ class Checkpointer:
     def close(self) -> None:
         if self.manager is not None:
             self.manager.close()
+
+
+def latest_update(run_dir: str) -> int | None:
+    """The update of the newest checkpoint in ``run_dir``, or None."""
+    manager = _manager(run_dir)
+    try:
+        return manager.latest_step()
+    finally:
+        manager.close()
 
 
 def _differences(saved: dict, current: dict, prefix: str = "") -> list[str]:

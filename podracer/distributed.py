@@ -16,6 +16,7 @@ import socket
 import time
 
 import jax
+import numpy as np
 
 
 class CoordinatorUnreachable(ConnectionError):
@@ -79,3 +80,12 @@ def initialize(
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
     jax.distributed.initialize(coordinator, num_processes, process_id, initialization_timeout=int(timeout_s))
     return True
+
+
+def any_process(flag: bool) -> bool:
+    """Whether ``flag`` is set on any process (every process must call this at the same point)."""
+    if jax.process_count() == 1:
+        return flag
+    from jax.experimental import multihost_utils
+
+    return bool(np.any(multihost_utils.process_allgather(np.array(flag))))

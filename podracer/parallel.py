@@ -166,6 +166,30 @@ def per_device(tree, mesh: Mesh):
     return stack(tree)
 
 
+def put_local_share(tree, sharding: NamedSharding):
+    """This process's ``[T, B_local, ...]`` share of a batch split along axis 1 over a (multi-process) mesh.
+
+    With one process it is ``jax.device_put``. With several, each process holds
+    the ``B_local`` columns that fall on its own devices of ``sharding`` (in
+    process order), and the result is the global ``[T, B_local x processes, ...]``
+    array; no data crosses hosts.
+    """
+    if jax.process_count() == 1:
+        return jax.device_put(tree, sharding)
+
+    def put(x):
+        global_shape = (x.shape[0], x.shape[1] * jax.process_count(), *x.shape[2:])
+        index_map = sharding.addressable_devices_indices_map(global_shape)
+        base = min(index[1].start or 0 for index in index_map.values())
+        pieces = [
+            jax.device_put(x[:, (index[1].start or 0) - base:index[1].stop - base], device)
+            for device, index in index_map.items()
+        ]
+        return jax.make_array_from_single_device_arrays(global_shape, sharding, pieces)
+
+    return jax.tree.map(put, tree)
+
+
 def first_local_replica(tree):
     """This process's first device's copy of a :func:`per_device` tree (e.g. to read parameters)."""
     return jax.tree.map(lambda x: x.addressable_shards[0].data[0], tree)

@@ -3,9 +3,10 @@
 Per step and envpool batch the thread sends the observations to its actor
 device, runs ``Agent.act`` there, and returns the actions to envpool; while
 envpool steps that batch, it infers for the next one. Every ``rollout_len``
-steps it stacks the trajectory on the actor device, places it on the learner
-devices split along the batch axis (one ``jax.device_put`` with the learners'
-``NamedSharding``), waits for the copy to land, and queues it.
+steps it stacks the trajectory on the actor device, places it on this host's
+learner devices split along the batch axis (one ``jax.device_put`` with the
+learners' ``NamedSharding``; with several processes, this host's share of the
+global batch), waits for the copy to land, and queues it.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import numpy as np
 from jax.sharding import NamedSharding
 
 from envs.host import EpisodeState, HostEnv, episode_transitions
+from podracer.parallel import put_local_share
 from podracer.types import Agent, Trajectory
 from sebulba.params import ParamsStore, StopRequested
 
@@ -126,18 +128,25 @@ class Actor:
         reproducible: bool,
         seed: int,
         stop: threading.Event,
+        first_rollout: int = 0,
     ):
         self.index, self.device, self.program, self.env_batches = index, device, program, list(env_batches)
         self.store, self.out, self.learner_sharding = store, out, learner_sharding
         self.rollout_len, self.reproducible, self.stop = rollout_len, reproducible, stop
-        self.key = jax.device_put(jax.random.fold_in(jax.random.key(seed), index), device)
+        self.first_rollout = first_rollout  # > 0 when resuming: the update the learner continues from
+        key = jax.random.fold_in(jax.random.key(seed), index)
+        if jax.process_count() > 1:  # every host's actors draw their own actions
+            key = jax.random.fold_in(key, jax.process_index())
+        if first_rollout:
+            key = jax.random.fold_in(key, first_rollout)
+        self.key = jax.device_put(key, device)
         self.episodes = [jax.device_put(EpisodeState.initial(env.num_envs), device) for env in self.env_batches]
         self.timer = Timer()
         self.steps = 0  # agent steps taken, over all of this thread's environments
 
     def _params(self, rollout: int) -> tuple[int, Any]:
         if self.reproducible:  # rollout k acts with exactly the parameters after update k - 1
-            version = max(rollout - 1, 0)
+            version = max(rollout - 1, self.first_rollout)
             return version, self.store.exactly(version, self.device)
         return self.store.newest(self.device)
 
@@ -167,7 +176,7 @@ class Actor:
             obs[b] = step.obs
             seconds["env_step"] += clock() - start
 
-        for rollout in itertools.count():
+        for rollout in itertools.count(self.first_rollout):
             if self.stop.is_set():
                 return
             with self.timer.time("params_wait"):
@@ -190,7 +199,7 @@ class Actor:
                 for b, seq in enumerate(sequences):
                     seq[0].append(jax.device_put(obs[b], self.device))
                 self.episodes, traj, sums = self.program.assemble(self.episodes, sequences, flags)
-                traj = jax.device_put(traj, self.learner_sharding)
+                traj = put_local_share(traj, self.learner_sharding)
                 jax.block_until_ready(traj)
                 episode_return, episode_length, episodes = np.asarray(sums).tolist()
             self.steps += self.rollout_len * sum(env.num_envs for env in envs)

@@ -36,24 +36,27 @@ class SebulbaConfig:
 
 
 class Topology(NamedTuple):
-    actor_devices: tuple[jax.Device, ...]
-    learner_devices: tuple[jax.Device, ...]
+    actor_devices: tuple[jax.Device, ...]  # this host's
+    learner_devices: tuple[jax.Device, ...]  # this host's
+    global_learner_devices: tuple[jax.Device, ...]  # every process's, at the same local indices, in process order
 
 
 class Geometry(NamedTuple):
     """How one learner update's batch is laid out."""
 
-    actor_threads: int  # in total, over all actor devices
+    actor_threads: int  # in total, over this host's actor devices
     envs_per_thread: int
     env_batches: int  # envpool batches per thread
     rollout_len: int
-    num_learners: int
+    num_learners: int  # this host's learner devices
     num_updates: int
     updates_per_log: int
+    processes: int = 1  # hosts, each with the same actors and learners
 
     @property
     def steps_per_update(self) -> int:
-        return self.actor_threads * self.envs_per_thread * self.rollout_len
+        """Agent steps per update over every host."""
+        return self.processes * self.actor_threads * self.envs_per_thread * self.rollout_len
 
     @property
     def envs_per_learner(self) -> int:
@@ -90,7 +93,9 @@ def topology(config: SebulbaConfig) -> Topology:
         learners = rest or (devices[0],)
     else:
         learners = _parse_indices(config.learner_devices, "--learner-devices", devices)
-    return Topology(actors, learners)
+    indices = [devices.index(d) for d in learners]
+    everywhere = tuple(jax.local_devices(process_index=p)[i] for p in range(jax.process_count()) for i in indices)
+    return Topology(actors, learners, everywhere)
 
 
 def default_env_threads(total_actor_threads: int) -> int:
@@ -119,7 +124,8 @@ def geometry(config: SebulbaConfig, topo: Topology) -> Geometry:
             f"each actor thread sends every learner an equal share; use a multiple of {learners}"
         )
     threads = config.actor_threads * len(topo.actor_devices)
-    steps_per_update = threads * config.envs_per_thread * config.rollout_len
+    processes = jax.process_count()
+    steps_per_update = processes * threads * config.envs_per_thread * config.rollout_len
     num_updates = math.ceil(config.total_env_steps / steps_per_update)
     interval = config.log_interval or max(1, config.total_env_steps // 20)
     return Geometry(
@@ -130,4 +136,5 @@ def geometry(config: SebulbaConfig, topo: Topology) -> Geometry:
         num_learners=learners,
         num_updates=num_updates,
         updates_per_log=min(num_updates, max(1, round(interval / steps_per_update))),
+        processes=processes,
     )

@@ -8,6 +8,7 @@ devices, and publishes the new parameters to the actor devices.
 from __future__ import annotations
 
 import dataclasses
+import json
 import queue
 import threading
 import time
@@ -20,6 +21,8 @@ from jax.sharding import NamedSharding
 
 from agents import make_agent
 from envs.host import HostEnv, HostEnvConfig
+from podracer.checkpoint import CheckpointConfig, Checkpointer, latest_update, restore
+from podracer.distributed import any_process
 from podracer.errors import NonFiniteLossError
 from podracer.parallel import (
     TRAJECTORY_SPEC,
@@ -54,7 +57,7 @@ class SebulbaResult(NamedTuple):
 
 def trajectory_shapes(agent: Agent, spec: EnvSpec, params, geo: Geometry, sharding) -> Trajectory:
     """The abstract shape of one actor thread's trajectory, for compiling the learner before any env runs."""
-    t, b = geo.rollout_len, geo.envs_per_thread
+    t, b = geo.rollout_len, geo.envs_per_thread * geo.processes  # every host's share together
     obs = jax.ShapeDtypeStruct((b, *spec.observation.shape), spec.observation.dtype)
     _, extras = jax.eval_shape(agent.act, params, obs, jax.random.key(0))
 
@@ -100,37 +103,69 @@ def train(
     env_config: HostEnvConfig = HostEnvConfig(),
     run_dir: str | None = None,
     quiet: bool = False,
+    checkpoint: CheckpointConfig = CheckpointConfig(),
+    resume: bool = False,
 ) -> SebulbaResult:
-    """Trains ``agent_name`` on the envpool environment ``env_id`` with Sebulba; see ``podracer sebulba --help``."""
+    """Trains ``agent_name`` on the envpool environment ``env_id`` with Sebulba; see ``podracer sebulba --help``.
+
+    Checkpoints (as for Anakin) hold the learner state and counters; with
+    ``resume`` the run in ``run_dir`` continues from its newest one. envpool's
+    environments cannot be saved: a resumed run starts fresh episodes (with
+    seeds shifted by the resumed update) and fresh actor keys.
+    """
+    if resume and run_dir is None:
+        raise ValueError("resuming needs the run directory that holds the checkpoints")
     topo = topology(config)
     geo = geometry(config, topo)
+    first_update = (latest_update(run_dir) or 0) if resume else 0
     env_threads = env_config.env_threads or default_env_threads(geo.actor_threads)
     per_batch = geo.envs_per_thread // geo.env_batches
+    # every environment of every host and every resumed segment has its own seed
+    seed = config.seed + (first_update * geo.processes + jax.process_index()) * geo.actor_threads * geo.envs_per_thread
     host_envs = [  # per actor thread, its envpool batches; every environment has its own seed
         [
-            HostEnv(env_id, per_batch, config.seed + (i * geo.env_batches + b) * per_batch, env_config, env_threads)
+            HostEnv(env_id, per_batch, seed + (i * geo.env_batches + b) * per_batch, env_config, env_threads)
             for b in range(geo.env_batches)
         ]
         for i in range(geo.actor_threads)
     ]
     try:
-        return _train(agent_name, agent_config, env_id, config, env_config, run_dir, quiet, topo, geo, host_envs)
+        return _train(agent_name, agent_config, env_id, config, env_config, run_dir, quiet, topo, geo, host_envs,
+                      checkpoint, resume)
     finally:
         for batches in host_envs:
             for env in batches:
                 env.close()
 
 
-def _train(agent_name, agent_config, env_id, config, env_config, run_dir, quiet, topo, geo, host_envs):
+def fingerprint(agent_name, agent_config, env_id, config, env_config, num_learners: int) -> dict:
+    """What decides a run's numbers (logging knobs excluded), as JSON: a resume must match it."""
+    sebulba = {k: v for k, v in dataclasses.asdict(config).items() if k != "log_interval"}
+    return json.loads(json.dumps({
+        "agent": agent_name, "env": env_id, "agent_config": dataclasses.asdict(agent_config), "sebulba": sebulba,
+        "host_env": dataclasses.asdict(env_config), "num_learners": num_learners,
+    }))
+
+
+def _train(agent_name, agent_config, env_id, config, env_config, run_dir, quiet, topo, geo, host_envs,
+           checkpoint, resume):
     spec, frame_skip = host_envs[0][0].spec, host_envs[0][0].frame_skip
     agent = make_agent(agent_name, agent_config, spec, BatchShape(geo.num_updates, geo.rollout_len, geo.envs_per_learner))
-    mesh = device_mesh(topo.learner_devices)
+    mesh = device_mesh(topo.global_learner_devices)
     split = NamedSharding(mesh, TRAJECTORY_SPEC)
     key = jax.random.key(config.seed)
     state = per_device(agent.init(jax.random.fold_in(key, 0)), mesh)
+    run_fingerprint = fingerprint(agent_name, agent_config, env_id, config, env_config,
+                                  geo.num_learners * geo.processes)
+    first_update, clock = 0, Stopwatch()
+    if resume:
+        state, counters = restore(run_dir, state, run_fingerprint)
+        first_update, clock.total = counters["update"], counters["time"]
+    resumed_seconds = clock.total
     total_steps = geo.num_updates * geo.steps_per_update
+    logging_process = jax.process_index() == 0
     log = RunLog(
-        run_dir,
+        run_dir if logging_process else None,
         {
             "architecture": "sebulba",
             "agent": agent_name,
@@ -141,19 +176,27 @@ def _train(agent_name, agent_config, env_id, config, env_config, run_dir, quiet,
             "geometry": geo._asdict(),
             "actor_devices": [str(d) for d in topo.actor_devices],
             "learner_devices": [str(d) for d in topo.learner_devices],
+            "processes": geo.processes,
             "frame_skip": frame_skip,
             "jax_version": jax.__version__,
         },
         total_steps,
-        quiet,
+        quiet or not logging_process,
+        resume_update=first_update if resume else None,
     )
+    checkpointer = Checkpointer(run_dir, run_fingerprint, checkpoint)
     stop, caught = threading.Event(), []
+    # With several processes a signal only asks to stop: the learners agree on the update to stop after.
+    requested = stop if geo.processes == 1 else threading.Event()
     threads = ThreadGroup(stop)
     try:
+        if resume:
+            log.message(f"resumed from the checkpoint at update {first_update} "
+                        f"({first_update * geo.steps_per_update:,} agent steps)")
         log.message(
             f"sebulba: {agent_name} on {env_id}, actors on {len(topo.actor_devices)} device(s) x {config.actor_threads} "
             f"thread(s) x {geo.envs_per_thread} envs in {geo.env_batches} envpool batch(es), "
-            f"learner on {geo.num_learners} device(s), "
+            f"learner on {geo.num_learners} device(s)" + (f" x {geo.processes} processes, " if geo.processes > 1 else ", ") +
             f"{geo.steps_per_update:,} agent steps ({geo.steps_per_update * frame_skip:,} frames) per update, "
             f"{geo.num_updates} updates, {config.sync} mode"
         )
@@ -165,28 +208,30 @@ def _train(agent_name, agent_config, env_id, config, env_config, run_dir, quiet,
         log.message(f"learner compiled in {compile_seconds:.1f}s")
 
         store = ParamsStore(topo.actor_devices, stop)
-        store.publish(0, first_local_replica(agent.actor_params(state)))
+        store.publish(first_update, first_local_replica(agent.actor_params(state)))
         queues = [queue.Queue(maxsize=config.queue_size) for _ in host_envs]
         program = make_actor_program(agent, host_envs[0][0].to_agent_layout)
         actors = [
             Actor(i, topo.actor_devices[i // config.actor_threads], program, batches, store, queues[i], split,
-                  geo.rollout_len, config.sync == "reproducible", config.seed, stop)
+                  geo.rollout_len, config.sync == "reproducible", config.seed, stop, first_update)
             for i, batches in enumerate(host_envs)
         ]
-        with stop_on_signals(stop, caught):
+        with stop_on_signals(requested, caught):
             for actor in actors:
                 threads.start(f"actor thread {actor.index} (device {actor.device})", actor.run)
-            state, records, clock, learner_timer = _learn(
-                learn, agent, state, store, queues, threads, stop, geo, frame_skip, key, log, actors)
+            state, done, learner_timer = _learn(learn, agent, state, store, queues, threads, stop, geo, frame_skip,
+                                                key, log, actors, clock, first_update, checkpointer, requested)
         threads.raise_failure()
-        done_steps = records[-1]["env_steps"] if records else 0
+        checkpointer.save(done, state, {"update": done, "time": clock.total})
+        done_steps = done * geo.steps_per_update
         timings = dict(learner_timer.seconds)
         for actor in actors:
             for name, seconds in actor.timer.seconds.items():
                 timings[name] = timings.get(name, 0.0) + seconds
         if caught:
-            log.message(f"stopped by {caught[0]} after {done_steps:,} agent steps; shutting down cleanly")
-        log.message(_timing_report(timings, clock.total, geo.actor_threads))
+            log.message(f"stopped by {caught[0]} after {done_steps:,} agent steps; shutting down cleanly"
+                        + (f" (resume with --resume {run_dir})" if run_dir else ""))
+        log.message(_timing_report(timings, clock.total - resumed_seconds, geo.actor_threads))
         log.message(
             f"done: {done_steps:,} agent steps ({done_steps * frame_skip:,} frames) in {clock.total:.1f}s: "
             f"{done_steps / max(clock.total, 1e-9):,.0f} steps/s, {done_steps * frame_skip / max(clock.total, 1e-9):,.0f} "
@@ -196,17 +241,23 @@ def _train(agent_name, agent_config, env_id, config, env_config, run_dir, quiet,
                              timings, caught[0] if caught else None)
     finally:
         stuck = threads.join()
+        checkpointer.close()
         log.close()
         if stuck:
             raise RuntimeError(f"threads did not stop: {stuck}")
 
 
-def _learn(learn, agent, state, store, queues, threads, stop, geo, frame_skip, key, log, actors):
-    """The learner loop; returns early (cleanly) when ``stop`` is set."""
-    clock, timer = Stopwatch(), Timer()
+def _learn(learn, agent, state, store, queues, threads, stop, geo, frame_skip, key, log, actors, clock,
+           first_update, checkpointer, requested):
+    """The learner loop from ``first_update``; returns ``(state, updates done, timer)``, early when ``stop`` is set."""
+    timer = Timer()
     window: list[tuple[int, dict, list[Rollout]]] = []
-    window_start = 0.0
-    for update in range(geo.num_updates):
+    window_start = clock.total
+    done = first_update
+    for update in range(first_update, geo.num_updates):
+        if geo.processes > 1 and any_process(requested.is_set()):
+            stop.set()
+            break
         try:
             with clock, timer.time("learner_wait"):
                 rollouts = [_get_until_stopped(q, stop, threads) for q in queues]
@@ -221,31 +272,41 @@ def _learn(learn, agent, state, store, queues, threads, stop, geo, frame_skip, k
                 store.publish(update + 1, first_local_replica(agent.actor_params(state)))
         if not np.isfinite(metrics["loss"]):
             raise NonFiniteLossError(f"the loss became non-finite at update {update + 1}; try a lower --learning-rate")
+        done = update + 1
         window.append((update, metrics, rollouts))
-        if len(window) < geo.updates_per_log and update + 1 < geo.num_updates:
+        if len(window) < geo.updates_per_log and update + 1 < geo.num_updates and not stop.is_set():
             continue
-        seconds = clock.total - window_start
-        steps = len(window) * geo.steps_per_update
-        flat = [r for _, _, rs in window for r in rs]
-        episodes = sum(r.episodes for r in flat)
-        record = {
-            "update": update + 1,
-            "env_steps": (update + 1) * geo.steps_per_update,
-            "frames": (update + 1) * geo.steps_per_update * frame_skip,
-            "time": clock.total,
-            "sps": steps / seconds,
-            "fps": steps * frame_skip / seconds,
-            "episode_return": sum(r.episode_return for r in flat) / episodes if episodes else None,
-            "episode_length": sum(r.episode_length for r in flat) / episodes if episodes else None,
-            "episodes": episodes,
-            # how many updates the acting parameters were behind the learner's
-            "policy_lag": float(np.mean([u - r.params_version for u, _, rs in window for r in rs])),
-            "rss_mb": resident_memory_mb(),
-            **{k: float(np.mean([m[k] for _, m, _ in window])) for k in window[0][1]},
-            **{f"time_{name}": seconds for name, seconds in timer.seconds.items()},
-        }
-        for name in COMPONENTS:
-            record[f"time_{name}"] = sum(a.timer.seconds.get(name, 0.0) for a in actors) / len(actors)
-        log.write(record)
+        _write_window(log, window, geo, frame_skip, clock.total, clock.total - window_start, timer, actors)
         window, window_start = [], clock.total
-    return state, log.records, clock, timer
+        if checkpointer.due(done):
+            checkpointer.save(done, state, {"update": done, "time": clock.total})
+    if window:  # stopped while waiting: log what was learnt, so the metrics reach the checkpoint without a gap
+        _write_window(log, window, geo, frame_skip, clock.total, clock.total - window_start, timer, actors)
+    return state, done, timer
+
+
+def _write_window(log, window, geo, frame_skip, total_seconds, seconds, timer, actors) -> None:
+    """One record for the updates in ``window`` (``(update, metrics, rollouts)`` each)."""
+    done = window[-1][0] + 1
+    steps = len(window) * geo.steps_per_update
+    flat = [r for _, _, rs in window for r in rs]
+    episodes = sum(r.episodes for r in flat)
+    record = {
+        "update": done,
+        "env_steps": done * geo.steps_per_update,
+        "frames": done * geo.steps_per_update * frame_skip,
+        "time": total_seconds,
+        "sps": steps / seconds,
+        "fps": steps * frame_skip / seconds,
+        "episode_return": sum(r.episode_return for r in flat) / episodes if episodes else None,
+        "episode_length": sum(r.episode_length for r in flat) / episodes if episodes else None,
+        "episodes": episodes,
+        # how many updates the acting parameters were behind the learner's
+        "policy_lag": float(np.mean([u - r.params_version for u, _, rs in window for r in rs])),
+        "rss_mb": resident_memory_mb(),
+        **{k: float(np.mean([m[k] for _, m, _ in window])) for k in window[0][1]},
+        **{f"time_{name}": seconds for name, seconds in timer.seconds.items()},
+    }
+    for name in COMPONENTS:
+        record[f"time_{name}"] = sum(a.timer.seconds.get(name, 0.0) for a in actors) / len(actors)
+    log.write(record)

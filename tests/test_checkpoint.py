@@ -98,3 +98,26 @@ def test_an_unreachable_coordinator_times_out_with_a_message():
         initialize("127.0.0.1:1234", None, 1)
     with pytest.raises(ValueError, match="--process-id must be in 0..1"):
         initialize("127.0.0.1:1234", 2, 2)
+
+
+def test_sebulba_resumed_from_a_checkpoint_continues_its_counters_and_metrics(tmp_path):
+    run_dir = str(tmp_path / "sebulba")
+    flags = ["--envs-per-thread", "16", "--rollout-len", "32", "--total-env-steps", "120000", "--log-interval", "2048",
+             "--actor-devices", "0", "--learner-devices", "1", "--checkpoint-every", "4", "--learning-rate", "1e-3"]
+    command = [sys.executable, "-m", "experiments.cli", "sebulba", *flags, "--logdir", run_dir]
+    assert _sigterm_after_progress(command, lines=4) == 143
+    stopped = [json.loads(line) for line in open(os.path.join(run_dir, "metrics.jsonl"))]
+    last = stopped[-1]["update"]
+    assert 4 <= last < 234 and glob.glob(os.path.join(run_dir, "checkpoints", str(last)))
+
+    out = subprocess.run([sys.executable, "-m", "experiments.cli", "sebulba", "--resume", run_dir], cwd=ROOT,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert f"resumed from the checkpoint at update {last}" in out.stderr
+    records = [json.loads(line) for line in open(os.path.join(run_dir, "metrics.jsonl"))]
+    assert records[:len(stopped)] == stopped
+    updates = [r["update"] for r in records]
+    assert updates == sorted(set(updates)) and updates[-1] == 235  # ceil(120000 / 512)
+    assert all(r["env_steps"] == 512 * r["update"] for r in records)
+    assert records[len(stopped)]["time"] > stopped[-1]["time"]
+    assert records[-1]["episode_return"] > stopped[-1]["episode_return"]  # it kept learning from the checkpoint

@@ -1,6 +1,7 @@
-"""Multi-process Anakin: two local processes x 4 CPU devices (gloo) end where one process with 8 devices does."""
+"""Multi-process runs: two local processes (gloo collectives) against one; Sebulba learners averaging across hosts."""
 
 import dataclasses
+import json
 import os
 import socket
 import subprocess
@@ -53,3 +54,46 @@ def test_two_processes_end_with_the_parameters_of_one_process_with_eight_devices
     assert counters["update"] == single.records[-1]["update"]
     params = jax.tree.map(lambda x: np.asarray(x.addressable_data(0)), (state.learner.params, single.state.learner.params))
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6), *params)
+
+
+def test_two_sebulba_processes_average_gradients_across_both_learners(tmp_path):
+    import orbax.checkpoint as ocp
+
+    from agents import make_agent
+    from envs.host import HostEnv
+    from podracer.parallel import device_mesh, per_device
+    from podracer.types import BatchShape
+
+    run_dir = str(tmp_path / "sebulba")
+    coordinator = f"127.0.0.1:{_free_port()}"
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "experiments.cli", "sebulba", "--cpu-devices", "2", "--actor-devices", "0",
+             "--learner-devices", "1", "--envs-per-thread", "8", "--rollout-len", "16", "--total-env-steps", "2048",
+             "--coordinator", coordinator, "--num-processes", "2", "--process-id", str(i),
+             "--coordinator-timeout", "60", "--logdir", run_dir],
+            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        for i in range(2)
+    ]
+    outs = [p.communicate(timeout=300) for p in procs]
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0, err[-3000:]
+    assert "learner on 1 device(s) x 2 processes" in outs[0][1] and outs[1][1].strip() == ""
+    records = [json.loads(line) for line in open(os.path.join(run_dir, "metrics.jsonl"))]
+    assert records[-1]["update"] == 8 and records[-1]["env_steps"] == 2048  # 2 hosts x 8 envs x 16 steps
+
+    # The final checkpoint holds one learner state per learner device (one per process): the same
+    # parameters on both although each learnt from its own host's data, so gradients were averaged.
+    spec = HostEnv("CartPole-v1", 1, 0).spec
+    agent = make_agent("ppo", PPOConfig(), spec, BatchShape(8, 16, 8))
+    like = per_device(agent.init(jax.random.key(0)), device_mesh(jax.devices()[:2]))
+    manager = ocp.CheckpointManager(os.path.join(run_dir, "checkpoints"))
+    abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, like)
+    state = manager.restore(8, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract))).state
+    params = jax.tree.map(np.asarray, state.params)
+    initial = jax.tree.map(np.asarray, per_device(agent.init(jax.random.fold_in(jax.random.key(0), 0)), device_mesh(jax.devices()[:2])).params)
+    jax.tree.map(lambda p: np.testing.assert_allclose(p[0], p[1], rtol=1e-6, atol=1e-7), params)
+    moved = jax.tree.map(lambda p, q: float(np.abs(p[0] - q[0]).max()), params, initial)
+    assert max(jax.tree.leaves(moved)) > 1e-4
