@@ -12,13 +12,12 @@ Each measurement prints one ``BENCH {...}`` JSON line.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import subprocess
 import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from experiments import bench_process  # noqa: E402
 
 
 def _search(env_id: str, batch: int, simulations: int, calls: int) -> dict:
@@ -61,26 +60,8 @@ def _sebulba(env_id: str, envs_per_thread: int, simulations: int, updates: int) 
             "timings": result.timings, "train_s": result.train_seconds}
 
 
-def worker(spec_json: str) -> None:
-    import jax
-
-    jax.config.update("jax_cpu_enable_async_dispatch", False)
-    sys.path.insert(0, ROOT)
-    spec = json.loads(spec_json)
-    kind = spec.pop("kind")
-    result = {"search": _search, "sebulba": _sebulba}[kind](**spec)
-    print("BENCH " + json.dumps({"kind": kind, **json.loads(spec_json), **result}), flush=True)
-
-
-def measure(kind: str, **spec) -> dict:
-    env = {**os.environ, "XLA_FLAGS": f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count=2"}
-    command = [sys.executable, os.path.abspath(__file__), "--worker", json.dumps({"kind": kind, **spec})]
-    out = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT)
-    for line in out.stdout.splitlines():
-        if line.startswith("BENCH "):
-            print(line, flush=True)
-            return json.loads(line[len("BENCH "):])
-    raise RuntimeError(f"{kind} {spec} failed:\n{out.stderr[-3000:]}")
+def measure(kind: str, devices: int = 2, **spec) -> dict:
+    return bench_process.measure(__file__, kind, devices, **spec)
 
 
 def main() -> None:
@@ -90,7 +71,7 @@ def main() -> None:
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        return worker(args.worker)
+        return bench_process.serve(args.worker, {"search": _search, "sebulba": _sebulba})
     batches = (16, 256) if args.quick else (16, 64, 256)
     simulations = (8, 32) if args.quick else (8, 16, 32, 64)
     searches = [measure("search", env_id="CartPole-v1", batch=b, simulations=s, calls=10)
@@ -124,11 +105,7 @@ def main() -> None:
         t = r["timings"]
         lines.append(f"| {r['env_id']} | {r['envs_per_thread']} | {r['simulations']} | {r['sps']:,.1f} | "
                      f"{r['fps']:,.0f} | {t.get('inference', 0):.1f} | {t.get('learner_update', 0):.1f} |")
-    report = "\n".join(lines) + "\n"
-    print(report)
-    if args.out:
-        with open(args.out, "a") as f:
-            f.write(report)
+    bench_process.report(lines, args.out)
 
 
 if __name__ == "__main__":

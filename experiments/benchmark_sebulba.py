@@ -19,13 +19,12 @@ Every measurement prints one ``BENCH {...}`` JSON line.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import subprocess
 import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from experiments import bench_process  # noqa: E402
 CLASSIC, ATARI = "CartPole-v1", ("Breakout-v5", "Pong-v5")
 
 
@@ -116,26 +115,8 @@ def _train(env_id: str, agent: str, envs_per_thread: int, actor_devices: str, le
             "compile_s": result.compile_seconds, "timings": result.timings, "train_s": result.train_seconds}
 
 
-def worker(args) -> None:
-    import jax
-
-    jax.config.update("jax_cpu_enable_async_dispatch", False)  # as `podracer sebulba` runs
-    sys.path.insert(0, ROOT)
-    spec = json.loads(args.spec)
-    kind = spec.pop("kind")
-    result = {"raw": _raw, "actors": _actors, "train": _train}[kind](**spec)
-    print("BENCH " + json.dumps({"kind": kind, **json.loads(args.spec), **result}), flush=True)
-
-
 def measure(kind: str, devices: int = 2, **spec) -> dict:
-    env = {**os.environ, "XLA_FLAGS": f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={devices}"}
-    command = [sys.executable, os.path.abspath(__file__), "--worker", json.dumps({"kind": kind, **spec})]
-    out = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT)
-    for line in out.stdout.splitlines():
-        if line.startswith("BENCH "):
-            print(line, flush=True)
-            return json.loads(line[len("BENCH "):])
-    raise RuntimeError(f"{kind} {spec} failed:\n{out.stderr[-3000:]}")
+    return bench_process.measure(__file__, kind, devices, **spec)
 
 
 def main() -> None:
@@ -145,7 +126,7 @@ def main() -> None:
     parser.add_argument("--worker", default=None, dest="spec", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.spec:
-        return worker(args)
+        return bench_process.serve(args.spec, {"raw": _raw, "actors": _actors, "train": _train})
     seconds = 3.0 if args.quick else 6.0
 
     raw_rows, actor_rows = [], []
@@ -206,11 +187,7 @@ def main() -> None:
         busy = r["timings"].get("learner_update", 0) / max(r["train_s"], 1e-9)
         lines.append(f"| {r['agent']} | {r['actor_devices']} | {r['learner_devices']} | {r['envs_per_thread']} | "
                      f"{r['sps']:,.1f} | {r['fps']:,.0f} | {busy:.0%} |")
-    report = "\n".join(lines) + "\n"
-    print(report)
-    if args.out:
-        with open(args.out, "a") as f:
-            f.write(report)
+    bench_process.report(lines, args.out)
 
 
 if __name__ == "__main__":
