@@ -66,6 +66,8 @@ def test_sigterm_then_resume_gives_the_uninterrupted_parameters_and_gapless_metr
     steps_per_update = records[0]["env_steps"] // records[0]["update"]
     assert all(r["env_steps"] == r["update"] * steps_per_update for r in records)
     assert records[-1]["time"] > stopped[-1]["time"]  # training time continues
+    kept = sorted(int(os.path.basename(p)) for p in glob.glob(os.path.join(run_dir, "checkpoints", "[0-9]*")))
+    assert len(kept) == 3 and kept[-1] == updates[-1]  # --checkpoint-keep 3 (the default), the last at the end
 
 
 def test_resume_refuses_another_configuration_and_another_format(tmp_path, capsys):
