@@ -123,3 +123,19 @@ def test_sebulba_resumed_from_a_checkpoint_continues_its_counters_and_metrics(tm
     assert all(r["env_steps"] == 512 * r["update"] for r in records)
     assert records[len(stopped)]["time"] > stopped[-1]["time"]
     assert records[-1]["episode_return"] > stopped[-1]["episode_return"]  # it kept learning from the checkpoint
+
+
+def test_checkpoints_fall_due_by_updates_and_by_minutes():
+    from podracer.checkpoint import CheckpointConfig, Checkpointer
+
+    by_updates = Checkpointer(None, {}, CheckpointConfig(checkpoint_every=4))
+    assert [u for u in range(1, 10) if by_updates.due(u)] == [4, 5, 6, 7, 8, 9]  # nothing saved yet: due from 4
+    by_updates.last_update = 4
+    assert not by_updates.due(7) and by_updates.due(8)
+    by_time = Checkpointer(None, {}, CheckpointConfig(checkpoint_minutes=0.002))  # 0.12 s
+    assert not by_time.due(1)
+    time.sleep(0.2)
+    assert by_time.due(1)
+    assert not Checkpointer(None, {}, CheckpointConfig()).due(10**6)  # only on signals and at the end
+    with pytest.raises(ValueError, match="--checkpoint-keep"):
+        Checkpointer(None, {}, CheckpointConfig(checkpoint_keep=0))
