@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import threading
 import time
 from typing import Any, NamedTuple
@@ -16,6 +15,7 @@ from agents import make_agent
 from anakin.config import AnakinConfig, geometry, loop_on_device
 from anakin.program import CallStats, RunnerState, anakin_mesh, make_anakin
 from podracer.checkpoint import CheckpointConfig, Checkpointer, restore
+from podracer.checkpoint import fingerprint as settings_fingerprint
 from podracer.distributed import any_process
 from podracer.errors import NonFiniteLossError
 from podracer.parallel import fetch_replicated
@@ -93,9 +93,8 @@ def train(
 
 
 def fingerprint(about: dict, config: AnakinConfig, num_devices: int) -> dict:
-    """What decides a run's numbers (logging knobs excluded), as JSON: a resume must match it."""
-    anakin = {k: v for k, v in dataclasses.asdict(config).items() if k != "log_interval"}
-    return json.loads(json.dumps({**about, "anakin": anakin, "num_devices": num_devices}))
+    """What decides an Anakin run's numbers (see :func:`podracer.checkpoint.fingerprint`)."""
+    return settings_fingerprint({**about, "anakin": dataclasses.asdict(config), "num_devices": num_devices})
 
 
 def train_agent(
@@ -144,7 +143,7 @@ def train_agent(
         quiet or not logging_process,
         resume_update=done if resume else None,
     )
-    checkpointer = Checkpointer(run_dir, run_fingerprint, checkpoint)
+    checkpointer = Checkpointer(run_dir, run_fingerprint, checkpoint, start_update=done)
     stop, caught = threading.Event(), []
     try:
         log.message(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -9,6 +10,15 @@ import sys
 from typing import Callable
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def parser(doc: str) -> argparse.ArgumentParser:
+    """The flags every benchmark script takes: ``--quick``, ``--out``, and the hidden ``--worker``."""
+    result = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    result.add_argument("--quick", action="store_true", help="fewer configurations")
+    result.add_argument("--out", default="docs/benchmarks.md", help="markdown report to append to ('' for none)")
+    result.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+    return result
 
 
 def measure(script: str, kind: str, devices: int = 2, **spec) -> dict:

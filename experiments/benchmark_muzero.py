@@ -11,7 +11,6 @@ Each measurement prints one ``BENCH {...}`` JSON line.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import time
@@ -65,11 +64,7 @@ def measure(kind: str, devices: int = 2, **spec) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--out", default="docs/benchmarks.md", help="markdown report to append to ('' for none)")
-    parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = bench_process.parser(__doc__).parse_args()
     if args.worker:
         return bench_process.serve(args.worker, {"search": _search, "sebulba": _sebulba})
     batches = (16, 256) if args.quick else (16, 64, 256)

@@ -18,7 +18,6 @@ Every measurement prints one ``BENCH {...}`` JSON line.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import time
@@ -120,13 +119,9 @@ def measure(kind: str, devices: int = 2, **spec) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--out", default="docs/benchmarks.md", help="markdown report to append to ('' for none)")
-    parser.add_argument("--worker", default=None, dest="spec", help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.spec:
-        return bench_process.serve(args.spec, {"raw": _raw, "actors": _actors, "train": _train})
+    args = bench_process.parser(__doc__).parse_args()
+    if args.worker:
+        return bench_process.serve(args.worker, {"raw": _raw, "actors": _actors, "train": _train})
     seconds = 3.0 if args.quick else 6.0
 
     raw_rows, actor_rows = [], []

@@ -11,6 +11,7 @@ writes each process's shards and coordinates the commit.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import time
 from typing import Any
@@ -35,6 +36,20 @@ class CheckpointConfig:
     checkpoint_keep: int = knob(3, "checkpoints kept (the oldest are deleted)")
 
 
+LOGGING_KNOBS = ("log_interval",)  # change what is logged, not what is learnt
+
+
+def fingerprint(settings: dict) -> dict:
+    """``settings`` as JSON, without logging knobs at any depth: what a resume must match."""
+
+    def strip(value):
+        if isinstance(value, dict):
+            return {k: strip(v) for k, v in value.items() if k not in LOGGING_KNOBS}
+        return value
+
+    return json.loads(json.dumps(strip(settings)))
+
+
 def _manager(run_dir: str, keep: int = 3):
     import orbax.checkpoint as ocp
 
@@ -45,12 +60,13 @@ def _manager(run_dir: str, keep: int = 3):
 class Checkpointer:
     """Saves ``(state, counters)`` under ``run_dir`` when due; ``run_dir=None`` saves nothing."""
 
-    def __init__(self, run_dir: str | None, fingerprint: dict, config: CheckpointConfig = CheckpointConfig()):
+    def __init__(self, run_dir: str | None, fingerprint: dict, config: CheckpointConfig = CheckpointConfig(),
+                 start_update: int = 0):
         if config.checkpoint_every < 0 or config.checkpoint_minutes < 0 or config.checkpoint_keep < 1:
             raise ValueError("--checkpoint-every and --checkpoint-minutes must be >= 0, --checkpoint-keep >= 1")
         self.config, self.fingerprint = config, fingerprint
         self.manager = _manager(run_dir, config.checkpoint_keep) if run_dir is not None else None
-        self.last_update, self.last_time = 0, time.monotonic()
+        self.last_update, self.last_time = start_update, time.monotonic()  # a resumed run keeps its schedule
 
     def due(self, update: int) -> bool:
         every, minutes = self.config.checkpoint_every, self.config.checkpoint_minutes

@@ -8,7 +8,6 @@ devices, and publishes the new parameters to the actor devices.
 from __future__ import annotations
 
 import dataclasses
-import json
 import queue
 import threading
 import time
@@ -22,6 +21,7 @@ from jax.sharding import NamedSharding
 from agents import make_agent
 from envs.host import HostEnv, HostEnvConfig
 from podracer.checkpoint import CheckpointConfig, Checkpointer, latest_update, restore
+from podracer.checkpoint import fingerprint as settings_fingerprint
 from podracer.distributed import any_process
 from podracer.errors import NonFiniteLossError
 from podracer.parallel import (
@@ -139,12 +139,11 @@ def train(
 
 
 def fingerprint(agent_name, agent_config, env_id, config, env_config, num_learners: int) -> dict:
-    """What decides a run's numbers (logging knobs excluded), as JSON: a resume must match it."""
-    sebulba = {k: v for k, v in dataclasses.asdict(config).items() if k != "log_interval"}
-    return json.loads(json.dumps({
-        "agent": agent_name, "env": env_id, "agent_config": dataclasses.asdict(agent_config), "sebulba": sebulba,
-        "host_env": dataclasses.asdict(env_config), "num_learners": num_learners,
-    }))
+    """What decides a Sebulba run's numbers (see :func:`podracer.checkpoint.fingerprint`)."""
+    return settings_fingerprint({
+        "agent": agent_name, "env": env_id, "agent_config": dataclasses.asdict(agent_config),
+        "sebulba": dataclasses.asdict(config), "host_env": dataclasses.asdict(env_config), "num_learners": num_learners,
+    })
 
 
 def _train(agent_name, agent_config, env_id, config, env_config, run_dir, quiet, topo, geo, host_envs,
@@ -184,7 +183,7 @@ def _train(agent_name, agent_config, env_id, config, env_config, run_dir, quiet,
         quiet or not logging_process,
         resume_update=first_update if resume else None,
     )
-    checkpointer = Checkpointer(run_dir, run_fingerprint, checkpoint)
+    checkpointer = Checkpointer(run_dir, run_fingerprint, checkpoint, start_update=first_update)
     stop, caught = threading.Event(), []
     # With several processes a signal only asks to stop: the learners agree on the update to stop after.
     requested = stop if geo.processes == 1 else threading.Event()
@@ -224,12 +223,14 @@ def _train(agent_name, agent_config, env_id, config, env_config, run_dir, quiet,
         threads.raise_failure()
         checkpointer.save(done, state, {"update": done, "time": clock.total})
         done_steps = done * geo.steps_per_update
+        # another process may have been the one signalled: every process reports the early stop
+        stopped_by = caught[0] if caught else ("SIGTERM" if done < geo.num_updates else None)
         timings = dict(learner_timer.seconds)
         for actor in actors:
             for name, seconds in actor.timer.seconds.items():
                 timings[name] = timings.get(name, 0.0) + seconds
-        if caught:
-            log.message(f"stopped by {caught[0]} after {done_steps:,} agent steps; shutting down cleanly"
+        if stopped_by:
+            log.message(f"stopped by {stopped_by} after {done_steps:,} agent steps; shutting down cleanly"
                         + (f" (resume with --resume {run_dir})" if run_dir else ""))
         log.message(_timing_report(timings, clock.total - resumed_seconds, geo.actor_threads))
         log.message(
@@ -238,7 +239,7 @@ def _train(agent_name, agent_config, env_id, config, env_config, run_dir, quiet,
             f"frames/s after a {compile_seconds:.1f}s compile"
         )
         return SebulbaResult(state, log.records, compile_seconds, clock.total, done_steps, done_steps * frame_skip,
-                             timings, caught[0] if caught else None)
+                             timings, stopped_by)
     finally:
         stuck = threads.join()
         checkpointer.close()
