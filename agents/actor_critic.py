@@ -6,6 +6,7 @@ import dataclasses
 from typing import NamedTuple
 
 import jax
+import jax.flatten_util
 import jax.numpy as jnp
 import optax
 
@@ -118,5 +119,8 @@ def gradient_step(loss_fn, optimizer: optax.GradientTransformation, state: Learn
     grads = mean_over_replicas(grads)
     updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
-    metrics = {**metrics, "loss": loss, "grad_norm": optax.tree.norm(grads)}
+    # The norm of the concatenated gradients: XLA shares that concatenation with optax.flatten's, where a
+    # norm per leaf costs ~20 more runtime operations per step on XLA:CPU.
+    flat_grads, _ = jax.flatten_util.ravel_pytree(grads)
+    metrics = {**metrics, "loss": loss, "grad_norm": jnp.sqrt(jnp.sum(jnp.square(flat_grads)))}
     return LearnerState(params, opt_state, state.update), metrics
