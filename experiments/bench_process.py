@@ -16,7 +16,7 @@ def parser(doc: str) -> argparse.ArgumentParser:
     """The flags every benchmark script takes: ``--quick``, ``--out``, and the hidden ``--worker``."""
     result = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     result.add_argument("--quick", action="store_true", help="fewer configurations")
-    result.add_argument("--out", default="docs/benchmarks.md", help="markdown report to append to ('' for none)")
+    result.add_argument("--out", default="docs/benchmarks.md", help="markdown file to write this benchmark's section into ('' for none)")
     result.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     return result
 
@@ -44,9 +44,26 @@ def serve(spec_json: str, measurements: dict[str, Callable[..., dict]]) -> None:
 
 
 def report(lines: list[str], out: str) -> None:
-    """Prints the markdown ``lines`` and appends them to ``out`` (unless it is empty)."""
+    """Prints the markdown ``lines`` and writes them into ``out`` (unless it is empty).
+
+    ``lines[0]`` is the report's top-level heading (``# ...``): a section of ``out``
+    under the same heading, up to the next top-level heading, is replaced, so that
+    re-running one benchmark keeps the others' sections; otherwise it is appended.
+    """
     text = "\n".join(lines) + "\n"
     print(text)
-    if out:
-        with open(out, "a") as f:
-            f.write(text)
+    if not out:
+        return
+    old = open(out).read().splitlines(keepends=True) if os.path.exists(out) else []
+    heading = lines[0].strip()
+    starts = [i for i, line in enumerate(old) if line.strip() == heading]
+    if starts:
+        start = starts[0]
+        end = next((i for i in range(start + 1, len(old)) if old[i].startswith("# ")), len(old))
+        rest = "".join(old[end:])
+        new = "".join(old[:start]) + text + ("\n" + rest if rest else "")
+    else:
+        new = "".join(old) + ("\n" if old else "") + text
+    os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
+    with open(out, "w") as f:
+        f.write(new)

@@ -2,6 +2,7 @@
 
     python experiments/benchmark_anakin.py                 # everything; writes docs/benchmarks.md
     python experiments/benchmark_anakin.py --quick         # a smaller sweep
+    python experiments/benchmark_anakin.py --purejaxrl ~/purejaxrl --purejaxrl-python ~/pjx/bin/python
 
 Each measurement runs in a fresh process (the device count of a CPU host is
 fixed when JAX starts). Compilation is timed apart; steps/s are steady-state:
@@ -9,6 +10,13 @@ environment steps (one agent step = one frame here, no frame-skip) divided by
 the wall time of the compiled calls. "env only" runs the same Anakin program
 with a uniformly random policy that learns nothing: the on-device limit.
 The table goes to stdout, with one ``BENCH {...}`` JSON line per measurement.
+
+A CPU host's speed drifts, so a figure quoted from another day is a weak yardstick:
+``--purejaxrl DIR`` also times PureJaxRL's own ``make_train`` from a checkout
+of github.com/luchris429/purejaxrl at ``DIR`` (its CartPole-v1 defaults, DEBUG
+off, compile timed apart), alternating with podracer's runs. It runs under
+``--purejaxrl-python`` (a Python with jax, flax, optax, distrax and gymnax<1.0,
+the gymnax API that PureJaxRL is written against).
 """
 
 from __future__ import annotations
@@ -22,6 +30,9 @@ import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from experiments import bench_process  # noqa: E402
+
 HEADLINE = [  # PureJaxRL's CartPole PPO settings, and its 64-env variant, as quoted in the issue
     {"name": "PureJaxRL config: 4 envs x 128 steps, 5e5 steps", "num_envs": 4, "total": 500_000, "quoted_sps": 140_000},
     {"name": "64 envs x 128 steps, 5e6 steps", "num_envs": 64, "total": 5_000_000, "quoted_sps": 110_000},
@@ -30,13 +41,17 @@ SWEEP_ENVS = (4, 16, 64, 256, 1024, 4096)
 SWEEP_DEVICES = (1, 2, 8)
 ROLLOUT_LEN = 128
 SWEEP_STEPS = 1_000_000  # per measurement, rounded up to whole updates (at least two)
+PUREJAXRL_CARTPOLE = {  # the `__main__` config of purejaxrl/ppo.py, with DEBUG off
+    "LR": 2.5e-4, "NUM_STEPS": ROLLOUT_LEN, "UPDATE_EPOCHS": 4, "NUM_MINIBATCHES": 4, "GAMMA": 0.99,
+    "GAE_LAMBDA": 0.95, "CLIP_EPS": 0.2, "ENT_COEF": 0.01, "VF_COEF": 0.5, "MAX_GRAD_NORM": 0.5,
+    "ACTIVATION": "tanh", "ENV_NAME": "CartPole-v1", "ANNEAL_LR": True, "DEBUG": False,
+}
 
 
 def worker(args) -> None:
     """One measurement, in this process: prints one BENCH line."""
     import jax
 
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     import envs
     from agents import PPOConfig, make_random_policy
     from anakin import AnakinConfig, train, train_agent
@@ -57,11 +72,36 @@ def worker(args) -> None:
     }), flush=True)
 
 
-def measure(mode: str, devices: int, num_envs: int, total: int) -> dict:
-    command = [sys.executable, os.path.abspath(__file__), "--worker", "--mode", mode, "--devices", str(devices),
+def purejaxrl_worker(args) -> None:
+    """Times PureJaxRL's ``make_train`` in this process (it must import ``purejaxrl``): prints one BENCH line."""
+    import jax
+    from purejaxrl.ppo import make_train
+
+    config = {**PUREJAXRL_CARTPOLE, "NUM_ENVS": args.num_envs, "TOTAL_TIMESTEPS": args.total}
+    train = jax.jit(make_train(config))  # make_train adds NUM_UPDATES (whole updates, rounded down) to config
+    start = time.perf_counter()
+    compiled = train.lower(jax.random.PRNGKey(30)).compile()
+    compile_s = time.perf_counter() - start
+    start = time.perf_counter()
+    out = jax.block_until_ready(compiled(jax.random.PRNGKey(30)))
+    train_s = time.perf_counter() - start
+    steps = int(config["NUM_UPDATES"]) * ROLLOUT_LEN * args.num_envs
+    print("BENCH " + json.dumps({
+        "mode": "purejaxrl", "devices": 1, "num_envs": args.num_envs, "env_steps": steps,
+        "compile_s": round(compile_s, 2), "train_s": round(train_s, 3), "sps": round(steps / train_s),
+        "backend": jax.default_backend(),
+        "final_return": float(out["metrics"]["returned_episode_returns"][-1].mean()),
+    }), flush=True)
+
+
+def measure(mode: str, devices: int, num_envs: int, total: int, python: str = sys.executable,
+            pythonpath: str | None = None) -> dict:
+    command = [python, os.path.abspath(__file__), "--worker", "--mode", mode, "--devices", str(devices),
                "--num-envs", str(num_envs), "--total", str(total)]
     # A CPU host shows as many devices as asked; accelerators are unaffected by this flag.
     env = {**os.environ, "XLA_FLAGS": f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={devices}"}
+    if pythonpath:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [pythonpath, os.environ.get("PYTHONPATH")]))
     out = subprocess.run(command, capture_output=True, text=True, check=False, env=env)
     for line in out.stdout.splitlines():
         if line.startswith("BENCH "):
@@ -84,26 +124,44 @@ def machine() -> str:
             f"jax {jax.__version__}, python {platform.python_version()}, {time.strftime('%Y-%m-%d')}")
 
 
+def _listed(runs: list[dict]) -> str:
+    return ", ".join(f"{r['sps']:,}" for r in runs)
+
+
+def _median_compile(runs: list[dict]) -> float:
+    return statistics.median(r["compile_s"] for r in runs)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="envs 4/64/1024 on 1 and 2 devices, one headline repeat")
     parser.add_argument("--repeats", type=int, default=3, help="repeats of each headline run (median reported)")
-    parser.add_argument("--out", default="docs/benchmarks.md", help="markdown report ('' for none)")
+    parser.add_argument("--out", default="docs/benchmarks.md",
+                        help="markdown file to write this benchmark's section into ('' for none)")
+    parser.add_argument("--purejaxrl", metavar="DIR", help="a PureJaxRL checkout: time its make_train alongside")
+    parser.add_argument("--purejaxrl-python", metavar="PY", default=sys.executable,
+                        help="the Python that runs PureJaxRL (default: this one)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--mode", choices=("train", "env"), default="train", help=argparse.SUPPRESS)
+    parser.add_argument("--mode", choices=("train", "env", "purejaxrl"), default="train", help=argparse.SUPPRESS)
     parser.add_argument("--devices", type=int, default=1, help=argparse.SUPPRESS)
     parser.add_argument("--num-envs", type=int, default=4, help=argparse.SUPPRESS)
     parser.add_argument("--total", type=int, default=SWEEP_STEPS, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        return worker(args)
+        return purejaxrl_worker(args) if args.mode == "purejaxrl" else worker(args)
+    if args.purejaxrl and not os.path.isfile(os.path.join(args.purejaxrl, "purejaxrl", "ppo.py")):
+        parser.error(f"--purejaxrl {args.purejaxrl}: no purejaxrl/ppo.py there (a checkout of luchris429/purejaxrl)")
 
     repeats = 1 if args.quick else args.repeats
     headline_rows = []
     for case in HEADLINE:
-        runs = [measure("train", 1, case["num_envs"], case["total"]) for _ in range(repeats)]
-        sps = [r["sps"] for r in runs]
-        headline_rows.append((case, runs, statistics.median(sps)))
+        runs, references = [], []
+        for _ in range(repeats):  # alternating, so that both see the same drift of the machine
+            if args.purejaxrl:
+                references.append(measure("purejaxrl", 1, case["num_envs"], case["total"],
+                                          args.purejaxrl_python, os.path.abspath(args.purejaxrl)))
+            runs.append(measure("train", 1, case["num_envs"], case["total"]))
+        headline_rows.append((case, runs, references))
 
     envs_list = (4, 64, 1024) if args.quick else SWEEP_ENVS
     devices_list = (1, 2) if args.quick else SWEEP_DEVICES
@@ -127,15 +185,23 @@ def main() -> None:
         "",
         "## Against PureJaxRL's settings (1 device)",
         "",
-        f"| configuration | podracer steps/s (median of {repeats}) | runs | compile s | final return | quoted PureJaxRL steps/s | ratio |",
-        "|---|---|---|---|---|---|---|",
+        "Medians of the runs listed; the ratio is against PureJaxRL timed in the same benchmark run where it was",
+        "(`--purejaxrl`), else against the figure quoted for it on this machine type.",
+        "",
+        "| configuration | podracer steps/s | runs | compile s | final return | PureJaxRL steps/s | its runs | its compile s | ratio |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
-    for case, runs, median in headline_rows:
-        each = ", ".join(f"{r['sps']:,}" for r in runs)
+    for case, runs, references in headline_rows:
+        median = statistics.median(r["sps"] for r in runs)
+        if references:
+            reference = statistics.median(r["sps"] for r in references)
+            reference_cells = f"{reference:,.0f} (timed here) | {_listed(references)} | {_median_compile(references):.1f}"
+        else:
+            reference = case["quoted_sps"]
+            reference_cells = f"{reference:,} (quoted) | - | -"
         lines.append(
-            f"| {case['name']} | {median:,.0f} | {each} | "
-            f"{statistics.median(r['compile_s'] for r in runs):.1f} | {runs[0]['final_return']:.1f} | "
-            f"{case['quoted_sps']:,} | {median / case['quoted_sps']:.2f}x |"
+            f"| {case['name']} | {median:,.0f} | {_listed(runs)} | {_median_compile(runs):.1f} | "
+            f"{runs[0]['final_return']:.1f} | {reference_cells} | {median / reference:.2f}x |"
         )
     lines += [
         "",
@@ -150,13 +216,7 @@ def main() -> None:
         if mode == "train":
             env_row = sweep[(devices, num_envs, "env")]
             lines.append(f"| {devices} | {num_envs} | {row['sps']:,} | {env_row['sps']:,} | {row['compile_s']:.1f} |")
-    report = "\n".join(lines) + "\n"
-    print(report)
-    if args.out:
-        os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
-        with open(args.out, "w") as f:
-            f.write(report)
-
+    bench_process.report(lines, args.out)
 
 if __name__ == "__main__":
     main()

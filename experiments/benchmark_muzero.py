@@ -77,7 +77,6 @@ def main() -> None:
         runs.append(measure("sebulba", env_id="Breakout-v5", envs_per_thread=8, simulations=8, updates=4))
 
     lines = [
-        "",
         "# MuZero throughput",
         "",
         "`python experiments/benchmark_muzero.py` on the same machine: Gumbel MuZero search (mctx) with the",

@@ -144,7 +144,6 @@ def main() -> None:
 
     raw_sps = {(r["env_id"], r["num_envs"]): r["sps"] for r in raw_rows}
     lines = [
-        "",
         "# Sebulba throughput",
         "",
         "`python experiments/benchmark_sebulba.py` on the same machine. Agent steps/s; frames/s = agent steps x",
