@@ -20,7 +20,9 @@ class AnakinConfig:
     total_env_steps: int = knob(500_000, "environment steps to train for, per seed (rounded up to whole updates)")
     seed: int = knob(0, "random seed")
     num_devices: int = knob(0, "devices to run on; 0 means every device of every process")
-    log_interval: int = knob(0, "environment steps between log lines; 0 means about 20 lines per run")
+    log_interval: int = knob(
+        0, "environment steps between log lines, evened out so that every line covers as many updates; "
+        "0 means about 20 lines per run")
     update_loop: str = knob(
         "auto",
         "device: many updates per compiled call (a loop on the device); host: one update per call; "
@@ -90,6 +92,9 @@ def geometry(config: AnakinConfig, num_devices: int) -> Geometry:
     num_updates = math.ceil(config.total_env_steps / steps_per_update)
     interval = config.log_interval or max(1, config.total_env_steps // 20)
     updates_per_call = min(num_updates, max(1, round(interval / steps_per_update)))
+    # Windows of equal length: a short last window (say 1 update after 1953) would often end no episode.
+    calls = math.ceil(num_updates / updates_per_call)
+    updates_per_call = math.ceil(num_updates / calls)
     return Geometry(
         num_devices=num_devices,
         lanes=config.lanes,

@@ -39,6 +39,14 @@ def test_batch_that_does_not_split_over_devices_fails_before_compiling():
         _train(AnakinConfig(num_devices=9))
 
 
+def test_log_windows_hold_equal_numbers_of_updates():
+    # 1,000,000 steps of 4 x 128 are 1954 updates; a 1M-step interval would leave a last window of 1 update.
+    geo = geometry(AnakinConfig(num_envs=4, rollout_len=128, total_env_steps=1_000_000, log_interval=1_000_000), 1)
+    assert (geo.num_updates, geo.updates_per_call) == (1954, 977)
+    geo = geometry(AnakinConfig(num_envs=4, rollout_len=128, total_env_steps=500_000), 1)  # about 20 windows
+    assert (geo.num_updates, geo.updates_per_call) == (977, 49)  # 19 windows of 49 and one of 46
+
+
 def test_minibatches_that_do_not_divide_the_replica_batch_fail_while_tracing():
     config = AnakinConfig(num_envs=8, rollout_len=5, total_env_steps=80)
     with pytest.raises(ValueError, match=r"rollout_len x envs = 5 x 1 = 5 transitions, which --num-minibatches 2"):
