@@ -46,6 +46,14 @@ class Sample(NamedTuple):
     env: jax.Array  # [batch] environment column of each start
 
 
+TRAJECTORY_FIELDS = ("obs", "action", "reward", "discount", "valid", "extras")  # what Replay and Sample keep
+
+
+def _map_fields(fn, source) -> dict:
+    """``fn`` on every array of ``source``'s trajectory fields (a Trajectory, Replay or their shapes)."""
+    return {name: jax.tree.map(fn, getattr(source, name)) for name in TRAJECTORY_FIELDS}
+
+
 def replay_init(example: Trajectory, capacity: int) -> Replay:
     """An empty buffer shaped like ``example`` (a ``[T(+1), B, ...]`` trajectory, or its shapes)."""
 
@@ -54,12 +62,7 @@ def replay_init(example: Trajectory, capacity: int) -> Replay:
 
     b = example.action.shape[1]
     return Replay(
-        obs=jax.tree.map(store, example.obs),
-        action=store(example.action),
-        reward=store(example.reward),
-        discount=store(example.discount),
-        valid=store(example.valid),
-        extras=jax.tree.map(store, example.extras),
+        **_map_fields(store, example),
         priority=jnp.zeros((capacity, b), jnp.float32),
         position=jnp.int32(-1),
     )
@@ -135,12 +138,7 @@ def replay_sample(replay: Replay, key: jax.Array, batch: int, window: int, alpha
         return store[steps, env[:, None]]
 
     return Sample(
-        obs=jax.tree.map(gather, replay.obs),
-        action=gather(replay.action),
-        reward=gather(replay.reward),
-        discount=gather(replay.discount),
-        valid=gather(replay.valid),
-        extras=jax.tree.map(gather, replay.extras),
+        **_map_fields(gather, replay),
         weight=weight,
         start=time,
         env=env,
