@@ -69,9 +69,10 @@ class Geometry(NamedTuple):
 
 
 def _suggest_multiples(value: int, factor: int) -> str:
-    low = max(factor, value // factor * factor)
-    high = low + factor if low <= value else low
-    return f"{low} or {high}" if low != value else str(high)
+    """The multiples of ``factor`` either side of ``value`` (only the one above when none is below)."""
+    below = value // factor * factor
+    above = below + factor
+    return f"{below} or {above}" if below else str(above)
 
 
 def geometry(config: AnakinConfig, num_devices: int) -> Geometry:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import sys
@@ -19,14 +20,30 @@ from anakin.config import AnakinConfig
 from envs.host import HostEnvConfig
 from experiments.presets import ANAKIN_PRESETS, DEFAULT_ANAKIN_PRESET, DEFAULT_SEBULBA_PRESET, SEBULBA_PRESETS
 from podracer.checkpoint import CheckpointConfig
-from podracer.config import add_flags, from_flags
+from podracer.config import add_flags, flag_name, from_flags, given_flags, round_up
 from podracer.distributed import CoordinatorUnreachable
 from podracer.errors import NonFiniteLossError
 from podracer.runlog import CONFIG_FILE
-from sebulba.config import SebulbaConfig
+from sebulba.config import SebulbaConfig, topology
 from sebulba.lifecycle import WorkerFailed
 
 DESCRIPTION = "podracer: the Podracer architectures (Anakin, Sebulba) for scalable RL in JAX."
+
+
+def _anakin_batch_multiple(args: argparse.Namespace) -> tuple[int, str]:
+    """What ``--num-envs`` must be a multiple of on this host, and why."""
+    from anakin.run import select_devices
+
+    devices = len(select_devices(args.num_devices))
+    lanes = max(1, args.lanes)  # a bad --lanes is reported by the Anakin checks
+    return devices * lanes, f"{devices} device(s) x {lanes} lane(s)"
+
+
+def _sebulba_batch_multiple(args: argparse.Namespace) -> tuple[int, str]:
+    """What ``--envs-per-thread`` must be a multiple of on this host, and why."""
+    learners = len(topology(from_flags(SebulbaConfig, args)).learner_devices)
+    batches = max(1, args.env_batches)  # a bad --env-batches is reported by the Sebulba checks
+    return math.lcm(learners, batches), f"{learners} learner device(s) and {batches} env batch(es)"
 
 
 class Architecture(NamedTuple):
@@ -36,6 +53,8 @@ class Architecture(NamedTuple):
     default_preset: str
     env_help: str
     config_groups: tuple[tuple[str, type], ...]  # (title, dataclass) of architecture-level flags
+    batch_flag: str  # the field that sets how many environments each replica gets
+    batch_multiple: Callable[[argparse.Namespace], tuple[int, str]]  # what it must divide into, and why
 
 
 ANAKIN = Architecture(
@@ -44,6 +63,7 @@ ANAKIN = Architecture(
     ANAKIN_PRESETS, DEFAULT_ANAKIN_PRESET,
     "catch, cartpole or gymnax:<id>, e.g. gymnax:Breakout-MinAtar",
     (("Anakin", AnakinConfig), ("checkpoints", CheckpointConfig)),
+    "num_envs", _anakin_batch_multiple,
 )
 SEBULBA = Architecture(
     "sebulba",
@@ -52,6 +72,7 @@ SEBULBA = Architecture(
     SEBULBA_PRESETS, DEFAULT_SEBULBA_PRESET,
     "an envpool id, e.g. CartPole-v1, Breakout-v5, Pong-v5",
     (("Sebulba", SebulbaConfig), ("host environments", HostEnvConfig), ("checkpoints", CheckpointConfig)),
+    "envs_per_thread", _sebulba_batch_multiple,
 )
 SAVED_GROUPS = {"Anakin": "anakin", "Sebulba": "sebulba", "host environments": "host_env"}  # in config.json
 
@@ -135,6 +156,24 @@ def build_parser(arch: Architecture, preset_name: str, agent_name: str | None,
     return parser
 
 
+def fit_batch(arch: Architecture, args: argparse.Namespace) -> str | None:
+    """Raises a preset's batch to the next multiple this host's devices need; returns the note to print.
+
+    A batch set on the command line is left as it is (a wrong one is refused with
+    a message before compiling), and so is a resumed run's.
+    """
+    value = getattr(args, arch.batch_flag)
+    if value < 1:
+        return None  # the architecture's own checks name the bad flag
+    multiple, why = arch.batch_multiple(args)
+    fitted = round_up(value, multiple)
+    if fitted == value:
+        return None
+    setattr(args, arch.batch_flag, fitted)
+    flag = flag_name(arch.batch_flag)
+    return f"{flag} {value} (from --preset {args.preset}) raised to {fitted}, a multiple of {why}; set {flag} to choose"
+
+
 def _train_anakin(args, agent_config, run_dir):
     from anakin.run import train
 
@@ -178,13 +217,18 @@ def run_architecture(arch: Architecture, argv: list[str]) -> int:
     except (ValueError, FileNotFoundError, CoordinatorUnreachable) as error:
         print(f"podracer {arch.name}: error: {error}", file=sys.stderr)
         return 2
-    args = build_parser(arch, early.preset, early.agent, resumed).parse_args(argv)
+    parser = build_parser(arch, early.preset, early.agent, resumed)
+    args = parser.parse_args(argv)
     if resumed is not None and args.logdir not in (None, args.resume):
         print(f"podracer {arch.name}: error: --resume continues in its own directory; drop --logdir",
               file=sys.stderr)
         return 2
     run_dir = args.resume or args.logdir or _default_run_dir(arch.name, args.agent, args.env)
     try:
+        if resumed is None and arch.batch_flag not in given_flags(parser, argv):
+            note = fit_batch(arch, args)
+            if note and not args.quiet and jax.process_index() == 0:
+                print(f"podracer {arch.name}: {note}", file=sys.stderr)
         agent_config = from_flags(AGENTS[args.agent][0], args)
         result, rates, stopped_by = TRAINERS[arch.name](args, agent_config, run_dir)
     except (ValueError, FileExistsError, FileNotFoundError) as error:

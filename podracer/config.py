@@ -9,6 +9,7 @@ builds the dataclass back from the parsed namespace.
 from __future__ import annotations
 
 import argparse
+import copy
 import dataclasses
 import typing
 from typing import Any, TypeVar
@@ -55,3 +56,16 @@ def from_flags(cls: type[T], namespace: argparse.Namespace) -> T:
         value = getattr(namespace, field.name)
         values[field.name] = tuple(value) if typing.get_origin(hints[field.name]) is tuple else value
     return cls(**values)
+
+
+def given_flags(parser: argparse.ArgumentParser, argv: list[str]) -> set[str]:
+    """The fields whose flags ``argv`` sets explicitly (rather than leaving a default or a preset's value)."""
+    unset = object()
+    probe = copy.deepcopy(parser)
+    probe.set_defaults(**dict.fromkeys(vars(parser.parse_args(argv)), unset))
+    return {name for name, value in vars(probe.parse_args(argv)).items() if value is not unset}
+
+
+def round_up(value: int, multiple: int) -> int:
+    """The smallest multiple of ``multiple`` that is at least ``value``."""
+    return -(-value // multiple) * multiple
