@@ -2,12 +2,15 @@
 
 import json
 import os
+import subprocess
+import sys
 
 import pytest
 
 from experiments.cli import main
 
 
+@pytest.mark.slow
 def test_anakin_run_writes_its_run_directory_and_plots(tmp_path, capsys):
     run_dir = str(tmp_path / "run")
     code = main(["anakin", "--preset", "catch_ppo", "--total-env-steps", "20000", "--log-interval", "5000",
@@ -30,6 +33,7 @@ def test_anakin_run_writes_its_run_directory_and_plots(tmp_path, capsys):
     assert open(png, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.slow
 def test_anakin_refuses_a_used_run_directory(tmp_path, capsys):
     run_dir = str(tmp_path / "run")
     args = ["anakin", "--preset", "catch_ppo", "--total-env-steps", "2048", "--num-devices", "1", "--logdir", run_dir, "--quiet"]
@@ -41,6 +45,41 @@ def test_anakin_refuses_a_used_run_directory(tmp_path, capsys):
 def test_bad_batch_configuration_is_reported_without_a_traceback(capsys):
     assert main(["anakin", "--num-envs", "12", "--num-devices", "8", "--quiet"]) == 2
     assert "--num-envs 12 does not split evenly over 8 device(s)" in capsys.readouterr().err
+    # a batch given on the command line is never changed behind the user's back
+    assert main(["anakin", "--num-envs", "4", "--quiet"]) == 2
+    assert "use a multiple of 8 (e.g. 8), or change" in capsys.readouterr().err
+
+
+def test_a_preset_batch_is_raised_to_fit_the_devices_and_recorded(tmp_path, capsys):
+    run_dir = str(tmp_path / "run")
+    assert main(["anakin", "--total-env-steps", "2048", "--logdir", run_dir]) == 0  # cartpole_ppo: 4 envs
+    err = capsys.readouterr().err
+    assert "--num-envs 4 (from --preset cartpole_ppo) raised to 8, a multiple of 8 device(s) x 1 lane(s)" in err
+    assert json.load(open(os.path.join(run_dir, "config.json")))["anakin"]["num_envs"] == 8
+    assert main(["anakin", "--total-env-steps", "2048", "--num-devices", "4", "--lanes", "2", "--quiet",
+                 "--logdir", str(tmp_path / "lanes")]) == 0
+    assert json.load(open(tmp_path / "lanes" / "config.json"))["anakin"]["num_envs"] == 8
+
+
+def test_a_sebulba_preset_batch_is_raised_to_fit_the_learner_devices(tmp_path, capsys):
+    run_dir = str(tmp_path / "run")
+    assert main(["sebulba", "--total-env-steps", "3000", "--logdir", run_dir]) == 0  # 16 envs, 7 learners
+    assert "--envs-per-thread 16 (from --preset cartpole_ppo) raised to 28, a multiple of 7 learner device(s) and " \
+           "2 env batch(es)" in capsys.readouterr().err
+    assert json.load(open(os.path.join(run_dir, "config.json")))["sebulba"]["envs_per_thread"] == 28
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("devices", [1, 2, 4, 8])
+def test_the_first_command_runs_unchanged_on_any_device_count(tmp_path, devices):
+    """README's first command, ``podracer anakin`` with no flags, on 1, 2, 4 and 8 simulated devices."""
+    env = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}"}
+    out = subprocess.run([sys.executable, "-m", "experiments.cli", "anakin"], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "RESULT architecture=anakin agent=ppo env=cartpole" in out.stdout
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    assert json.load(open(run_dir / "config.json"))["anakin"]["num_envs"] == max(4, devices)
 
 
 def test_help_lists_the_knobs_of_the_chosen_agent(capsys):
@@ -64,6 +103,7 @@ def test_plot_reports_a_directory_without_metrics(tmp_path, capsys):
     assert "has no metrics.jsonl" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_muzero_runs_over_devices_and_lanes_and_checks_its_batch(tmp_path, capsys):
     run_dir = str(tmp_path / "run")
     code = main(["anakin", "--agent", "muzero", "--env", "catch", "--num-devices", "4", "--lanes", "2",
