@@ -53,6 +53,7 @@ def test_minibatches_that_do_not_divide_the_replica_batch_fail_while_tracing():
         _train(config)
 
 
+@pytest.mark.slow
 def test_same_seed_gives_identical_parameters():
     config = AnakinConfig(num_envs=16, rollout_len=8, total_env_steps=4096, num_devices=2, seed=3)
     first, second = _train(config), _train(config)
@@ -61,6 +62,7 @@ def test_same_seed_gives_identical_parameters():
     assert not np.allclose(jax.tree.leaves(_params(first))[0], jax.tree.leaves(_params(other))[0])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("devices, lanes", [(4, 2), (1, 8)])
 def test_replicas_give_the_same_training_however_laid_out_over_devices_and_lanes(devices, lanes):
     """8 replicas as 8 devices x 1 lane, 4 x 2 or 1 x 8: the same run, gradients averaged over all."""
@@ -71,6 +73,7 @@ def test_replicas_give_the_same_training_however_laid_out_over_devices_and_lanes
     assert reference.records[-1]["episodes"] == other.records[-1]["episodes"]
 
 
+@pytest.mark.slow
 def test_seeds_train_independently_in_one_program():
     config = AnakinConfig(num_envs=16, rollout_len=8, total_env_steps=16 * 8 * 5, num_devices=2, seed=5)
     together = _train(dataclasses.replace(config, num_seeds=2))
@@ -114,6 +117,7 @@ def test_program_runs_many_updates_per_call_without_recompiling():
     assert int(np.asarray(state.learner.addressable_data(0))[0, 0, 0]) == 8
 
 
+@pytest.mark.slow
 def test_host_and_device_update_loops_train_identically():
     config = AnakinConfig(num_envs=16, rollout_len=8, total_env_steps=16 * 8 * 6, num_devices=2, log_interval=16 * 8 * 3)
     on_device = _train(dataclasses.replace(config, update_loop="device"))

@@ -48,6 +48,7 @@ def _sigterm_after_progress(command, lines: int) -> int:
     return proc.wait(timeout=120)
 
 
+@pytest.mark.slow
 def test_sigterm_then_resume_gives_the_uninterrupted_parameters_and_gapless_metrics(tmp_path):
     run_dir = str(tmp_path / "stopped")
     assert _sigterm_after_progress(_cli(*FLAGS, "--logdir", run_dir), lines=3) == 143
@@ -70,6 +71,7 @@ def test_sigterm_then_resume_gives_the_uninterrupted_parameters_and_gapless_metr
     assert len(kept) == 3 and kept[-1] == updates[-1]  # --checkpoint-keep 3 (the default), the last at the end
 
 
+@pytest.mark.slow
 def test_resume_refuses_another_configuration_and_another_format(tmp_path, capsys):
     run_dir = str(tmp_path / "run")
     small = ["--preset", "catch_ppo", "--num-devices", "1", "--total-env-steps", "4096", "--quiet"]
@@ -102,6 +104,7 @@ def test_an_unreachable_coordinator_times_out_with_a_message():
         initialize("127.0.0.1:1234", 2, 2)
 
 
+@pytest.mark.slow
 def test_sebulba_resumed_from_a_checkpoint_continues_its_counters_and_metrics(tmp_path):
     run_dir = str(tmp_path / "sebulba")
     flags = ["--envs-per-thread", "16", "--rollout-len", "32", "--total-env-steps", "120000", "--log-interval", "2048",

@@ -90,6 +90,7 @@ def test_envpool_cartpole_termination_does_not_bootstrap():
     env.close()
 
 
+@pytest.mark.slow
 def test_atari_preset_layout_clipping_and_episodic_life():
     env = HostEnv("Breakout-v5", num_envs=4, seed=3, config=HostEnvConfig())
     assert env.spec.observation.shape == (84, 84, 4) and env.spec.observation.dtype == np.uint8

@@ -9,6 +9,7 @@ import sys
 
 import jax
 import numpy as np
+import pytest
 
 from agents import PPOConfig
 from anakin import AnakinConfig, train
@@ -27,6 +28,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.slow
 def test_two_processes_end_with_the_parameters_of_one_process_with_eight_devices(tmp_path):
     run_dir = str(tmp_path / "two")
     coordinator = f"127.0.0.1:{_free_port()}"
@@ -56,6 +58,7 @@ def test_two_processes_end_with_the_parameters_of_one_process_with_eight_devices
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6), *params)
 
 
+@pytest.mark.slow
 def test_two_sebulba_processes_average_gradients_across_both_learners(tmp_path):
     import orbax.checkpoint as ocp
 

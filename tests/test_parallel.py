@@ -66,6 +66,7 @@ def _trajectory(env, seed, t=16, b=8):
         ("impala", ImpalaConfig()),
     ],
 )
+@pytest.mark.slow
 def test_one_device_and_eight_devices_give_the_same_update(agent_name, config):
     env = envs.make("catch")
     agent = make_agent(agent_name, config, env.spec)
