@@ -35,9 +35,7 @@ def measure(script: str, kind: str, devices: int = 2, **spec) -> dict:
 
 def serve(spec_json: str, measurements: dict[str, Callable[..., dict]]) -> None:
     """The worker side: runs the measurement ``spec_json`` names and prints its BENCH line."""
-    import jax
-
-    jax.config.update("jax_cpu_enable_async_dispatch", False)  # as `podracer sebulba` runs
+    import sebulba  # noqa: F401 - before JAX starts: its dispatch setting, as `podracer` runs
     spec = json.loads(spec_json)
     result = measurements[spec.pop("kind")](**spec)
     print("BENCH " + json.dumps({**json.loads(spec_json), **result}), flush=True)

@@ -205,10 +205,6 @@ def run_architecture(arch: Architecture, argv: list[str]) -> int:
 
     if early.cpu_devices:
         jax.config.update("jax_num_cpu_devices", early.cpu_devices)
-    if arch is SEBULBA:
-        # Actor threads block on every inference call; on CPU devices asynchronous dispatch only adds a
-        # thread hand-off to each (measured: ~100 -> ~55 us per call).
-        jax.config.update("jax_cpu_enable_async_dispatch", False)
     try:
         from podracer.distributed import initialize
 

@@ -95,6 +95,21 @@ def _timing_report(timings: dict[str, float], wall: float, threads: int) -> str:
     return "\n".join(lines)
 
 
+def env_spec(env_id: str, env_config: HostEnvConfig = HostEnvConfig()) -> EnvSpec:
+    """The observation and action spec of envpool's ``env_id`` as Sebulba's agents see it."""
+    env = HostEnv(env_id, 1, 0, env_config)
+    try:
+        return env.spec
+    finally:
+        env.close()
+
+
+def batch_shape(config: SebulbaConfig) -> BatchShape:
+    """What every learner call of a run with ``config`` sees on each learner device (checks the batch)."""
+    geo = geometry(config, topology(config))
+    return BatchShape(geo.num_updates, geo.rollout_len, geo.envs_per_learner)
+
+
 def train(
     agent_name: str,
     agent_config,
@@ -106,12 +121,30 @@ def train(
     checkpoint: CheckpointConfig = CheckpointConfig(),
     resume: bool = False,
 ) -> SebulbaResult:
-    """Trains ``agent_name`` on the envpool environment ``env_id`` with Sebulba; see ``podracer sebulba --help``.
+    """Trains ``agent_name`` on the envpool environment ``env_id`` with Sebulba; see ``podracer sebulba --help``."""
+    agent = make_agent(agent_name, agent_config, env_spec(env_id, env_config), batch_shape(config))
+    about = {"agent": agent_name, "agent_config": dataclasses.asdict(agent_config)}
+    return train_agent(agent, env_id, config, env_config, run_dir, quiet, about, checkpoint, resume)
 
-    Checkpoints (as for Anakin) hold the learner state and counters; with
-    ``resume`` the run in ``run_dir`` continues from its newest one. envpool's
-    environments cannot be saved: a resumed run starts fresh episodes (with
-    seeds shifted by the resumed update) and fresh actor keys.
+
+def train_agent(
+    agent: Agent,
+    env_id: str,
+    config: SebulbaConfig,
+    env_config: HostEnvConfig = HostEnvConfig(),
+    run_dir: str | None = None,
+    quiet: bool = False,
+    about: dict | None = None,
+    checkpoint: CheckpointConfig = CheckpointConfig(),
+    resume: bool = False,
+) -> SebulbaResult:
+    """Runs any :class:`Agent` built for :func:`env_spec` and :func:`batch_shape` on envpool's ``env_id``.
+
+    ``about`` (e.g. the agent's name and config) goes into ``config.json`` and
+    the checkpoints' fingerprint. Checkpoints (as for Anakin) hold the learner
+    state and counters; with ``resume`` the run in ``run_dir`` continues from
+    its newest one. envpool's environments cannot be saved: a resumed run starts
+    fresh episodes (with seeds shifted by the resumed update) and fresh actor keys.
     """
     if resume and run_dir is None:
         raise ValueError("resuming needs the run directory that holds the checkpoints")
@@ -129,33 +162,30 @@ def train(
         ]
         for i in range(geo.actor_threads)
     ]
+    about = {**(about or {}), "env": env_id}
     try:
-        return _train(agent_name, agent_config, env_id, config, env_config, run_dir, quiet, topo, geo, host_envs,
-                      checkpoint, resume)
+        return _train(agent, about, config, env_config, run_dir, quiet, topo, geo, host_envs, checkpoint, resume)
     finally:
         for batches in host_envs:
             for env in batches:
                 env.close()
 
 
-def fingerprint(agent_name, agent_config, env_id, config, env_config, num_learners: int) -> dict:
+def fingerprint(about: dict, config: SebulbaConfig, env_config: HostEnvConfig, num_learners: int) -> dict:
     """What decides a Sebulba run's numbers (see :func:`podracer.checkpoint.fingerprint`)."""
     return settings_fingerprint({
-        "agent": agent_name, "env": env_id, "agent_config": dataclasses.asdict(agent_config),
-        "sebulba": dataclasses.asdict(config), "host_env": dataclasses.asdict(env_config), "num_learners": num_learners,
+        **about, "sebulba": dataclasses.asdict(config), "host_env": dataclasses.asdict(env_config),
+        "num_learners": num_learners,
     })
 
 
-def _train(agent_name, agent_config, env_id, config, env_config, run_dir, quiet, topo, geo, host_envs,
-           checkpoint, resume):
+def _train(agent, about, config, env_config, run_dir, quiet, topo, geo, host_envs, checkpoint, resume):
     spec, frame_skip = host_envs[0][0].spec, host_envs[0][0].frame_skip
-    agent = make_agent(agent_name, agent_config, spec, BatchShape(geo.num_updates, geo.rollout_len, geo.envs_per_learner))
     mesh = device_mesh(topo.global_learner_devices)
     split = NamedSharding(mesh, TRAJECTORY_SPEC)
     key = jax.random.key(config.seed)
     state = per_device(agent.init(jax.random.fold_in(key, 0)), mesh)
-    run_fingerprint = fingerprint(agent_name, agent_config, env_id, config, env_config,
-                                  geo.num_learners * geo.processes)
+    run_fingerprint = fingerprint(about, config, env_config, geo.num_learners * geo.processes)
     first_update, clock = 0, Stopwatch()
     if resume:
         state, counters = restore(run_dir, state, run_fingerprint)
@@ -167,11 +197,9 @@ def _train(agent_name, agent_config, env_id, config, env_config, run_dir, quiet,
         run_dir if logging_process else None,
         {
             "architecture": "sebulba",
-            "agent": agent_name,
-            "env": env_id,
+            **about,
             "sebulba": dataclasses.asdict(config),
             "host_env": dataclasses.asdict(env_config),
-            "agent_config": dataclasses.asdict(agent_config),
             "geometry": geo._asdict(),
             "actor_devices": [str(d) for d in topo.actor_devices],
             "learner_devices": [str(d) for d in topo.learner_devices],
@@ -193,7 +221,7 @@ def _train(agent_name, agent_config, env_id, config, env_config, run_dir, quiet,
             log.message(f"resumed from the checkpoint at update {first_update} "
                         f"({first_update * geo.steps_per_update:,} agent steps)")
         log.message(
-            f"sebulba: {agent_name} on {env_id}, actors on {len(topo.actor_devices)} device(s) x {config.actor_threads} "
+            f"sebulba: {about.get('agent', 'agent')} on {about['env']}, actors on {len(topo.actor_devices)} device(s) x {config.actor_threads} "
             f"thread(s) x {geo.envs_per_thread} envs in {geo.env_batches} envpool batch(es), "
             f"learner on {geo.num_learners} device(s)" + (f" x {geo.processes} processes, " if geo.processes > 1 else ", ") +
             f"{geo.steps_per_update:,} agent steps ({geo.steps_per_update * frame_skip:,} frames) per update, "

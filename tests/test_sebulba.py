@@ -43,18 +43,42 @@ def test_default_split_puts_actors_on_device_0_and_learners_on_the_rest():
     assert topo.learner_devices == tuple(jax.local_devices()[1:])
 
 
+@pytest.mark.slow
 def test_ppo_learns_envpool_cartpole_with_one_actor_and_one_learner_device():
+    """300k steps in throughput mode (so not bit-reproducible). Measured, mean return of the last 5 of 20 log
+    windows: seeds 0/1/2 reach 500/436/490 (seed 1's last two windows fell to 340 after 500s: a window
+    holds only ~30 episodes); the bar of 350 leaves 20% below the worst."""
     config = SebulbaConfig(actor_devices="0", learner_devices="1", envs_per_thread=16, rollout_len=64,
                            total_env_steps=300_000, seed=0)
     result = train("ppo", CARTPOLE_PPO, "CartPole-v1", config, quiet=True)
-    final = np.mean([r["episode_return"] for r in result.records[-3:]])
-    assert final >= 400, [r["episode_return"] for r in result.records]
+    returns = [r["episode_return"] for r in result.records]
+    assert returns[0] < 100 and np.mean(returns[-5:]) >= 350, returns
     assert result.env_steps >= 300_000 and result.frames == result.env_steps
     # Bounded queues and parameter versions: memory is flat once running (290 updates here).
     memory = [r["rss_mb"] for r in result.records]
     assert max(memory[5:]) - memory[5] < 100, memory
 
 
+def test_an_agent_built_by_hand_trains_with_sebulba_through_the_public_api(tmp_path):
+    """What a notebook does: build the agent itself, then hand it to Sebulba."""
+    from agents import make_ppo
+    from sebulba import batch_shape, env_spec, train_agent
+
+    config = SebulbaConfig(actor_devices="0", learner_devices="1,2", envs_per_thread=8, rollout_len=16,
+                           total_env_steps=8 * 16 * 6, log_interval=8 * 16 * 2)
+    spec = env_spec("CartPole-v1")
+    assert spec.num_actions == 2 and spec.observation.shape == (4,)
+    agent = make_ppo(CARTPOLE_PPO, spec, batch_shape(config))
+    result = train_agent(agent, "CartPole-v1", config, run_dir=str(tmp_path), quiet=True, about={"agent": "my-ppo"})
+    assert result.env_steps == 768 and [r["update"] for r in result.records] == [2, 4, 6]
+    saved = json.load(open(tmp_path / "config.json"))
+    assert (saved["agent"], saved["env"], saved["architecture"]) == ("my-ppo", "CartPole-v1", "sebulba")
+    initial = agent.init(jax.random.fold_in(jax.random.key(config.seed), 0)).params
+    moved = jax.tree.map(lambda a, b: float(np.abs(np.asarray(a) - np.asarray(b)).max()), _params(result), initial)
+    assert max(jax.tree.leaves(moved)) > 0.0
+
+
+@pytest.mark.slow
 def test_impala_on_atari_gives_finite_losses_and_real_game_scores(tmp_path):
     config = SebulbaConfig(actor_devices="0", learner_devices="1", envs_per_thread=8, rollout_len=20,
                            total_env_steps=8 * 20 * 24, log_interval=8 * 20 * 6, seed=1)
@@ -87,6 +111,7 @@ def test_reproducible_mode_with_two_actor_threads_is_reproducible_too():
     jax.tree.map(np.testing.assert_array_equal, _params(first), _params(second))
 
 
+@pytest.mark.slow
 def test_a_learner_split_over_two_devices_gives_the_same_training_as_one():
     one, two = _reproducible("1"), _reproducible("1,2")
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5), _params(one), _params(two))
@@ -113,6 +138,7 @@ def test_a_failing_actor_thread_stops_the_run_with_its_traceback(monkeypatch):
     assert "flaky_recv" in "".join(__import__("traceback").format_tb(failure.value.__cause__.__traceback__))
 
 
+@pytest.mark.slow
 def test_sigterm_stops_a_run_cleanly(tmp_path):
     run_dir = tmp_path / "run"
     command = [sys.executable, "-m", "experiments.cli", "sebulba", "--cpu-devices", "2", "--total-env-steps", "100000000",
