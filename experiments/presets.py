@@ -36,10 +36,11 @@ ANAKIN_PRESETS: dict[str, dict] = {
         "agent_config": {"learning_rate": 3e-3},
     },
     "catch_muzero": {
-        "about": "MuZero (Gumbel search, 8 simulations) on Catch, replay on the device; solves it in ~60k steps",
+        "about": "MuZero (Gumbel search, 8 simulations) on Catch, replay on the device; its training return "
+                 "(search exploration included) passes 0.9 after 90-120k steps and ends at 0.95-0.99 (seeds 0-2)",
         "agent": "muzero",
         "env": "catch",
-        "anakin": {"num_envs": 16, "rollout_len": 16, "total_env_steps": 80_000},
+        "anakin": {"num_envs": 16, "rollout_len": 16, "total_env_steps": 200_000},
         "agent_config": {"num_simulations": 8, "td_steps": 9, "unroll_steps": 5, "replay_capacity": 400,
                          "batch_size": 64, "replay_ratio": 4.0, "learning_rate": 4e-3, "support_max": 3.0,
                          "support_bins": 21, "max_considered_actions": 3},
@@ -116,10 +117,11 @@ SEBULBA_PRESETS: dict[str, dict] = {
         "fit": _atari_impala,
     },
     "cartpole_muzero": {
-        "about": "MuZero on envpool's CartPole-v1, search on the actor device, replay sharded over the learners",
+        "about": "MuZero on envpool's CartPole-v1, search on the actor device, replay sharded over the learners; "
+                 "passes a return of 300 after 50-90k steps and ends at 460-480 at 250k (seeds 0-2)",
         "agent": "muzero",
         "env": "CartPole-v1",
-        "fit": _fixed({"actor_threads": 1, "envs_per_thread": 16, "rollout_len": 16, "total_env_steps": 150_000},
+        "fit": _fixed({"actor_threads": 1, "envs_per_thread": 16, "rollout_len": 16, "total_env_steps": 250_000},
                       {"num_simulations": 16, "td_steps": 5, "replay_capacity": 1000, "batch_size": 64,
                        "replay_ratio": 2.0, "learning_rate": 3e-3}),
     },

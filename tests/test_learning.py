@@ -1,8 +1,13 @@
-"""Learning bars with fixed seeds: a solved CartPole and a solved Catch, for both agents."""
+"""Learning bars with fixed seeds: a solved CartPole and a solved Catch, for both agents.
+
+Each bar was checked on seeds 0, 1 and 2 (numbers in each docstring, measured on a 2-core CPU with jax
+0.10.2): another CPU makes XLA emit other floats, so every budget leaves room for the slowest seed.
+"""
 
 import dataclasses
 
 import numpy as np
+import pytest
 
 from agents import ImpalaConfig, PPOConfig
 from anakin import AnakinConfig, train
@@ -21,23 +26,36 @@ def _final_return(result, last=3):
     return float(np.mean([r["episode_return"] for r in result.records[-last:]]))
 
 
-def test_ppo_solves_cartpole_within_500k_steps():
-    result = _run_preset("cartpole_ppo", num_devices=1, seed=0)
-    assert result.env_steps <= 500_224  # 500k rounded up to whole updates of 512 steps
+@pytest.mark.slow
+def test_ppo_solves_cartpole_with_purejaxrl_settings():
+    """cartpole_ppo (PureJaxRL's settings) for 600k steps, 1.2x the preset's 500k. Measured: seeds 0/1/2 end
+    at 500.0 each and first pass 475 at 362k/242k/332k steps (at 500k: 251k/351k/376k, too close to the
+    end): 1.66x the budget the slowest seed needs."""
+    result = _run_preset("cartpole_ppo", num_devices=1, seed=0, total_env_steps=600_000)
+    assert result.env_steps <= 600_064  # rounded up to whole updates of 512 steps
     assert _final_return(result) >= 475
 
 
+@pytest.mark.slow
 def test_ppo_solves_catch_across_eight_devices():
+    """catch_ppo (200k steps) over 8 devices. Measured: seeds 0/1/2 end at 0.997/0.990/0.998 (mean of the
+    last 3 windows) and first pass 0.9 at 82k/72k/82k steps: 2.4x the budget the slowest seed needs."""
     result = _run_preset("catch_ppo", num_devices=8, seed=0)
     assert _final_return(result) >= 0.9
 
 
+@pytest.mark.slow
 def test_impala_solves_catch():
+    """catch_impala (300k steps). Measured: seeds 0/1/2 end at 0.992/0.987/0.995 and first pass 0.9 at
+    138k/108k/92k steps: 2.2x the budget the slowest seed needs."""
     result = _run_preset("catch_impala", num_devices=1, seed=0)
     assert _final_return(result) >= 0.9
 
 
+@pytest.mark.slow
 def test_the_gymnax_adapter_trains_on_a_gymnax_environment():
+    """catch_ppo's settings on gymnax's Catch-bsuite (200k steps). Measured: seeds 0/1/2 end at
+    0.997/0.999/0.999 and first pass 0.9 at 92k/72k/72k steps: 2.2x the budget the slowest seed needs."""
     preset = ANAKIN_PRESETS["catch_ppo"]
     config = AnakinConfig(**preset["anakin"], num_devices=1)
     result = train("ppo", PPOConfig(**preset["agent_config"]), "gymnax:Catch-bsuite", config, run_dir=None, quiet=True)
