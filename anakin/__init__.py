@@ -2,7 +2,8 @@
 
 from anakin.config import AnakinConfig, Geometry, geometry
 from anakin.program import Anakin, RunnerState, anakin_mesh, make_anakin
-from anakin.run import AnakinResult, NonFiniteLossError, train, train_agent
+from anakin.run import AnakinResult, train, train_agent
+from podracer.errors import NonFiniteLossError
 
 __all__ = [
     "Anakin", "AnakinConfig", "AnakinResult", "Geometry", "NonFiniteLossError", "RunnerState",

@@ -9,6 +9,7 @@ from typing import NamedTuple
 import jax
 
 from podracer.config import knob
+from podracer.driver import even_windows
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,10 +93,7 @@ def geometry(config: AnakinConfig, num_devices: int) -> Geometry:
     steps_per_update = config.num_envs * config.rollout_len
     num_updates = math.ceil(config.total_env_steps / steps_per_update)
     interval = config.log_interval or max(1, config.total_env_steps // 20)
-    updates_per_call = min(num_updates, max(1, round(interval / steps_per_update)))
-    # Windows of equal length: a short last window (say 1 update after 1953) would often end no episode.
-    calls = math.ceil(num_updates / updates_per_call)
-    updates_per_call = math.ceil(num_updates / calls)
+    updates_per_call = even_windows(num_updates, interval / steps_per_update)
     return Geometry(
         num_devices=num_devices,
         lanes=config.lanes,

@@ -23,6 +23,7 @@ from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
 from anakin.config import Geometry
+from podracer.driver import StepStats
 from podracer.parallel import (
     DEVICE_AXIS,
     LANE_AXIS,
@@ -32,7 +33,7 @@ from podracer.parallel import (
     sum_over_replicas,
     vmap_unless_single,
 )
-from podracer.types import Agent, EpisodeStats, Trajectory
+from podracer.types import Agent, Trajectory
 
 
 class RunnerState(NamedTuple):
@@ -45,33 +46,13 @@ class RunnerState(NamedTuple):
     learn_key: jax.Array  # shared by every lane and device of a seed
 
 
-class CallStats(NamedTuple):
-    """Sums over the updates of one call, per seed (``[S]`` leaves)."""
-
-    metrics: dict  # sum over updates of each learner metric (replica-averaged)
-    episode_return: jax.Array  # sum of returns of the episodes that ended
-    episode_length: jax.Array  # sum of their lengths
-    episodes: jax.Array  # how many ended
-    first_nonfinite: jax.Array  # int32: first update of the call with a non-finite loss, else -1
-
-
 class Anakin(NamedTuple):
     init: Callable[[int], RunnerState]  # seed -> global RunnerState
-    # (state, num updates) -> (state, stats); with loop_on_device False it runs exactly one update.
-    run: Callable[[RunnerState, jax.Array], tuple[RunnerState, CallStats]]
+    # (state, num updates) -> (state, per-seed sums over the updates); with loop_on_device False, exactly one.
+    run: Callable[[RunnerState, jax.Array], tuple[RunnerState, StepStats]]
     geometry: Geometry
     mesh: Mesh
     loop_on_device: bool
-
-
-def _episode_sums(stats: EpisodeStats) -> tuple[jax.Array, jax.Array, jax.Array]:
-    done = stats.done.astype(jnp.float32)
-    sums = (
-        jnp.sum(done * stats.episode_return),
-        jnp.sum(done * stats.episode_length),
-        jnp.sum(done),
-    )
-    return sum_over_replicas(sums)
 
 
 def anakin_mesh(devices, lanes: int) -> Mesh:
@@ -106,7 +87,7 @@ def make_anakin(agent: Agent, env, geometry: Geometry, mesh: Mesh, loop_on_devic
         env_state, obs, traj, episodes = rollout(params, runner.env_state, runner.obs, rollout_key)
         learner, metrics = agent.learn(runner.learner, traj, update_key)
         runner = RunnerState(learner, env_state, obs, act_key, learn_key)
-        return runner, mean_over_replicas(metrics), _episode_sums(episodes)
+        return runner, mean_over_replicas(metrics), sum_over_replicas(episodes.ended_sums())
 
     # [seeds, lanes] inside a device; lanes are a named axis for the agent's gradient averaging.
     seeds = geometry.num_seeds
@@ -133,21 +114,23 @@ def make_anakin(agent: Agent, env, geometry: Geometry, mesh: Mesh, loop_on_devic
             metrics, ret, length, count = jax.tree.map(lambda x: x[:, 0], (metrics, ret, length, count))
             finite = jnp.isfinite(metrics["loss"])
             first = jnp.where((stats.first_nonfinite < 0) & ~finite, i, stats.first_nonfinite)
-            stats = CallStats(
+            stats = StepStats(
                 jax.tree.map(jnp.add, stats.metrics, metrics),
-                stats.episode_return + ret,
-                stats.episode_length + length,
+                stats.return_sum + ret,
+                stats.length_sum + length,
                 stats.episodes + count,
                 first,
+                {},
             )
             return state, stats
 
         zeros = jnp.zeros(geometry.num_seeds, jnp.float32)
         metric_shapes = jax.eval_shape(lambda s: device_update(s)[1], state)
-        stats = CallStats(
+        stats = StepStats(
             jax.tree.map(lambda m: jnp.zeros(m.shape[:1], m.dtype), metric_shapes),
             zeros, zeros, zeros,
             jnp.full(geometry.num_seeds, -1, jnp.int32),
+            {},
         )
         if loop_on_device:
             state, stats = jax.lax.fori_loop(0, num_updates, body, (state, stats))

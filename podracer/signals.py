@@ -7,6 +7,10 @@ import signal
 import threading
 
 
+class StopRequested(Exception):
+    """Raised in a waiting thread when the run is stopping."""
+
+
 @contextlib.contextmanager
 def stop_on_signals(stop: threading.Event, caught: list[str]):
     """While active, SIGINT and SIGTERM set ``stop`` (their names go into ``caught``)."""

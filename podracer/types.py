@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any, Callable, NamedTuple
 
 import jax
+import jax.numpy as jnp
 
 Array = jax.Array
 PRNGKey = jax.Array
@@ -94,6 +95,11 @@ class EpisodeStats(NamedTuple):
     done: Array
     episode_return: Array
     episode_length: Array
+
+    def ended_sums(self) -> tuple[Array, Array, Array]:
+        """Scalars over every step: the summed returns and lengths of the episodes that ended, and their count."""
+        done = self.done.astype(jnp.float32)
+        return jnp.sum(done * self.episode_return), jnp.sum(done * self.episode_length), jnp.sum(done)
 
 
 class Agent(NamedTuple):

@@ -27,7 +27,8 @@ from jax.sharding import NamedSharding
 from envs.host import EpisodeState, HostEnv, episode_transitions
 from podracer.parallel import put_local_share
 from podracer.types import Agent, Trajectory
-from sebulba.params import ParamsStore, StopRequested
+from podracer.signals import StopRequested
+from sebulba.params import ParamsStore
 
 
 def prefer_synchronous_cpu_dispatch() -> None:
@@ -51,8 +52,8 @@ class Rollout(NamedTuple):
     """What an actor thread hands to the learner."""
 
     trajectory: Trajectory  # [T + 1 | T, B, ...] global arrays on the learner devices
-    episode_return: float  # sum of the real returns of the games that ended in it
-    episode_length: float  # sum of their lengths (agent steps)
+    return_sum: float  # summed real returns of the games that ended in it
+    length_sum: float  # summed lengths of those games (agent steps)
     episodes: int
     params_version: int  # the parameter version it acted with
 
@@ -112,9 +113,7 @@ def make_actor_program(agent: Agent, to_agent_layout: Callable) -> ActorProgram:
             to_agent_layout(jnp.stack(obs)), jnp.stack(action), reward, discount, valid,
             jax.tree.map(lambda *steps: jnp.stack(steps), *extras),
         )
-        done = stats.done.astype(jnp.float32)
-        sums = jnp.stack([jnp.sum(done * stats.episode_return), jnp.sum(done * stats.episode_length), done.sum()])
-        return episodes, traj, sums
+        return episodes, traj, jnp.stack(stats.ended_sums())
 
     def assemble(episodes, sequences, flags):
         outs = [assemble_batch(e, *seq, f) for e, seq, f in zip(episodes, sequences, flags)]
@@ -219,8 +218,8 @@ class Actor:
                 self.episodes, traj, sums = self.program.assemble(self.episodes, sequences, flags)
                 traj = put_local_share(traj, self.learner_sharding)
                 jax.block_until_ready(traj)
-                episode_return, episode_length, episodes = np.asarray(sums).tolist()
+                return_sum, length_sum, episodes = np.asarray(sums).tolist()
             self.steps += self.rollout_len * sum(env.num_envs for env in envs)
             with self.timer.time("queue_put"):
-                rollout_out = Rollout(traj, episode_return, episode_length, int(episodes), version)
+                rollout_out = Rollout(traj, return_sum, length_sum, int(episodes), version)
                 put_until_stopped(self.out, rollout_out, self.stop)

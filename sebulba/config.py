@@ -10,6 +10,7 @@ from typing import NamedTuple
 import jax
 
 from podracer.config import knob
+from podracer.driver import even_windows
 
 SYNC_MODES = ("throughput", "reproducible")
 
@@ -135,6 +136,6 @@ def geometry(config: SebulbaConfig, topo: Topology) -> Geometry:
         rollout_len=config.rollout_len,
         num_learners=learners,
         num_updates=num_updates,
-        updates_per_log=min(num_updates, max(1, round(interval / steps_per_update))),
+        updates_per_log=even_windows(num_updates, interval / steps_per_update),
         processes=processes,
     )

@@ -14,11 +14,9 @@ from typing import Any, Sequence
 
 import jax
 
+from podracer.signals import StopRequested
+
 KEEP_VERSIONS = 3  # reproducible actors may still need the two before the newest
-
-
-class StopRequested(Exception):
-    """Raised in a waiting thread when the run is stopping."""
 
 
 class ParamsStore:

@@ -7,11 +7,11 @@ devices, and publishes the new parameters to the actor devices.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import functools
 import queue
 import threading
-import time
-from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -20,10 +20,9 @@ from jax.sharding import NamedSharding
 
 from agents import make_agent
 from envs.host import HostEnv, HostEnvConfig
-from podracer.checkpoint import CheckpointConfig, Checkpointer, latest_update, restore
+from podracer.checkpoint import CheckpointConfig, latest_update
 from podracer.checkpoint import fingerprint as settings_fingerprint
-from podracer.distributed import any_process
-from podracer.errors import NonFiniteLossError
+from podracer.driver import Program, RunOptions, RunResult, StepStats, drive
 from podracer.parallel import (
     TRAJECTORY_SPEC,
     data_parallel_learn,
@@ -32,27 +31,19 @@ from podracer.parallel import (
     first_local_replica,
     per_device,
 )
-from podracer.runlog import RunLog, Stopwatch, resident_memory_mb
-from podracer.signals import stop_on_signals
+from podracer.runlog import resident_memory_mb
+from podracer.signals import StopRequested
 from podracer.types import Agent, BatchShape, EnvSpec, Trajectory
 from sebulba.actor import Actor, Rollout, Timer, make_actor_program
 from sebulba.config import Geometry, SebulbaConfig, default_env_threads, geometry, topology
 from sebulba.lifecycle import ThreadGroup
-from sebulba.params import ParamsStore, StopRequested
+from sebulba.params import ParamsStore
 
 COMPONENTS = ("env_step", "inference", "transfer", "queue_put", "params_wait")  # actor threads
 LEARNER_COMPONENTS = ("learner_wait", "learner_update", "params_publish")
 
 
-class SebulbaResult(NamedTuple):
-    state: object  # the final learner state, one copy per learner device (podracer.parallel.per_device)
-    records: list[dict]
-    compile_seconds: float
-    train_seconds: float  # the learner loop's wall time
-    env_steps: int  # agent steps learnt from
-    frames: int  # env_steps x frame-skip
-    timings: dict[str, float]  # seconds per component, actor ones summed over threads
-    stopped_by: str | None  # "SIGTERM" / "SIGINT" when a signal ended the run early
+SebulbaResult = RunResult  # state: the learner state, one copy per learner device (podracer.parallel.per_device)
 
 
 def trajectory_shapes(agent: Agent, spec: EnvSpec, params, geo: Geometry, sharding) -> Trajectory:
@@ -120,7 +111,7 @@ def train(
     quiet: bool = False,
     checkpoint: CheckpointConfig = CheckpointConfig(),
     resume: bool = False,
-) -> SebulbaResult:
+) -> RunResult:
     """Trains ``agent_name`` on the envpool environment ``env_id`` with Sebulba; see ``podracer sebulba --help``."""
     agent = make_agent(agent_name, agent_config, env_spec(env_id, env_config), batch_shape(config))
     about = {"agent": agent_name, "agent_config": dataclasses.asdict(agent_config)}
@@ -137,7 +128,7 @@ def train_agent(
     about: dict | None = None,
     checkpoint: CheckpointConfig = CheckpointConfig(),
     resume: bool = False,
-) -> SebulbaResult:
+) -> RunResult:
     """Runs any :class:`Agent` built for :func:`env_spec` and :func:`batch_shape` on envpool's ``env_id``.
 
     ``about`` (e.g. the agent's name and config) goes into ``config.json`` and
@@ -151,24 +142,26 @@ def train_agent(
     topo = topology(config)
     geo = geometry(config, topo)
     first_update = (latest_update(run_dir) or 0) if resume else 0
-    env_threads = env_config.env_threads or default_env_threads(geo.actor_threads)
-    per_batch = geo.envs_per_thread // geo.env_batches
-    # every environment of every host and every resumed segment has its own seed
-    seed = config.seed + (first_update * geo.processes + jax.process_index()) * geo.actor_threads * geo.envs_per_thread
-    host_envs = [  # per actor thread, its envpool batches; every environment has its own seed
-        [
-            HostEnv(env_id, per_batch, seed + (i * geo.env_batches + b) * per_batch, env_config, env_threads)
-            for b in range(geo.env_batches)
-        ]
-        for i in range(geo.actor_threads)
-    ]
-    about = {**(about or {}), "env": env_id}
+    host_envs = _host_envs(env_id, config, env_config, geo, first_update)
     try:
-        return _train(agent, about, config, env_config, run_dir, quiet, topo, geo, host_envs, checkpoint, resume)
+        sebulba = _Sebulba(agent, {**(about or {}), "env": env_id}, config, env_config, topo, geo, host_envs)
+        return drive(sebulba.program(), RunOptions(run_dir, quiet, checkpoint, resume))
     finally:
         for batches in host_envs:
             for env in batches:
                 env.close()
+
+
+def _host_envs(env_id, config: SebulbaConfig, env_config: HostEnvConfig, geo: Geometry, first_update: int):
+    """Per actor thread, its envpool batches; every environment of every host and resumed segment has its own seed."""
+    env_threads = env_config.env_threads or default_env_threads(geo.actor_threads)
+    per_batch = geo.envs_per_thread // geo.env_batches
+    seed = config.seed + (first_update * geo.processes + jax.process_index()) * geo.actor_threads * geo.envs_per_thread
+    return [
+        [HostEnv(env_id, per_batch, seed + (i * geo.env_batches + b) * per_batch, env_config, env_threads)
+         for b in range(geo.env_batches)]
+        for i in range(geo.actor_threads)
+    ]
 
 
 def fingerprint(about: dict, config: SebulbaConfig, env_config: HostEnvConfig, num_learners: int) -> dict:
@@ -179,163 +172,122 @@ def fingerprint(about: dict, config: SebulbaConfig, env_config: HostEnvConfig, n
     })
 
 
-def _train(agent, about, config, env_config, run_dir, quiet, topo, geo, host_envs, checkpoint, resume):
-    spec, frame_skip = host_envs[0][0].spec, host_envs[0][0].frame_skip
-    mesh = device_mesh(topo.global_learner_devices)
-    split = NamedSharding(mesh, TRAJECTORY_SPEC)
-    key = jax.random.key(config.seed)
-    state = per_device(agent.init(jax.random.fold_in(key, 0)), mesh)
-    run_fingerprint = fingerprint(about, config, env_config, geo.num_learners * geo.processes)
-    first_update, clock = 0, Stopwatch()
-    if resume:
-        state, counters = restore(run_dir, state, run_fingerprint)
-        first_update, clock.total = counters["update"], counters["time"]
-    resumed_seconds = clock.total
-    total_steps = geo.num_updates * geo.steps_per_update
-    logging_process = jax.process_index() == 0
-    log = RunLog(
-        run_dir if logging_process else None,
-        {
-            "architecture": "sebulba",
-            **about,
-            "sebulba": dataclasses.asdict(config),
-            "host_env": dataclasses.asdict(env_config),
-            "geometry": geo._asdict(),
-            "actor_devices": [str(d) for d in topo.actor_devices],
-            "learner_devices": [str(d) for d in topo.learner_devices],
-            "processes": geo.processes,
-            "frame_skip": frame_skip,
-            "jax_version": jax.__version__,
-        },
-        total_steps,
-        quiet or not logging_process,
-        resume_update=first_update if resume else None,
+def _step_stats(metrics: dict, rollouts: list[Rollout], update: int) -> StepStats:
+    """One update's :class:`StepStats` (a single seed) from its metrics and the rollouts it learnt from."""
+    one = lambda value: np.array([value], np.float64)  # noqa: E731
+    return StepStats(
+        metrics={key: one(value) for key, value in metrics.items()},
+        return_sum=one(sum(r.return_sum for r in rollouts)),
+        length_sum=one(sum(r.length_sum for r in rollouts)),
+        episodes=one(sum(r.episodes for r in rollouts)),
+        first_nonfinite=np.array([-1 if np.isfinite(metrics["loss"]) else 0]),
+        # how many updates the acting parameters were behind the learner's
+        extras={"policy_lag_sum": one(sum(update - r.params_version for r in rollouts)), "rollouts": one(len(rollouts))},
     )
-    checkpointer = Checkpointer(run_dir, run_fingerprint, checkpoint, start_update=first_update)
-    stop, caught = threading.Event(), []
-    # With several processes a signal only asks to stop: the learners agree on the update to stop after.
-    requested = stop if geo.processes == 1 else threading.Event()
-    threads = ThreadGroup(stop)
-    try:
-        if resume:
-            log.message(f"resumed from the checkpoint at update {first_update} "
-                        f"({first_update * geo.steps_per_update:,} agent steps)")
-        log.message(
-            f"sebulba: {about.get('agent', 'agent')} on {about['env']}, actors on {len(topo.actor_devices)} device(s) x {config.actor_threads} "
-            f"thread(s) x {geo.envs_per_thread} envs in {geo.env_batches} envpool batch(es), "
-            f"learner on {geo.num_learners} device(s)" + (f" x {geo.processes} processes, " if geo.processes > 1 else ", ") +
-            f"{geo.steps_per_update:,} agent steps ({geo.steps_per_update * frame_skip:,} frames) per update, "
+
+
+class _Sebulba:
+    """The learner side of a run: the main thread takes one trajectory from every actor thread (in thread
+    order), runs ``Agent.learn`` data-parallel over the learner devices and publishes the new parameters."""
+
+    def __init__(self, agent: Agent, about: dict, config: SebulbaConfig, env_config: HostEnvConfig, topo, geo: Geometry,
+                 host_envs):
+        self.agent, self.about, self.config, self.env_config = agent, about, config, env_config
+        self.topo, self.geo, self.host_envs = topo, geo, host_envs
+        self.spec, self.frame_skip = host_envs[0][0].spec, host_envs[0][0].frame_skip
+        self.mesh = device_mesh(topo.global_learner_devices)
+        self.split = NamedSharding(self.mesh, TRAJECTORY_SPEC)
+        self.key = jax.random.key(config.seed)
+        self.stop = threading.Event()
+        self.threads = ThreadGroup(self.stop)
+        self.store = ParamsStore(topo.actor_devices, self.stop)
+        self.queues = [queue.Queue(maxsize=config.queue_size) for _ in host_envs]
+        self.timer = Timer()
+        self.actors: list[Actor] = []
+
+    def program(self) -> Program:
+        geo, config, topo = self.geo, self.config, self.topo
+        banner = (
+            f"sebulba: {self.about.get('agent', 'agent')} on {self.about['env']}, actors on {len(topo.actor_devices)} "
+            f"device(s) x {config.actor_threads} thread(s) x {geo.envs_per_thread} envs in {geo.env_batches} envpool "
+            f"batch(es), learner on {geo.num_learners} device(s)"
+            + (f" x {geo.processes} processes, " if geo.processes > 1 else ", ")
+            + f"{geo.steps_per_update:,} agent steps ({geo.steps_per_update * self.frame_skip:,} frames) per update, "
             f"{geo.num_updates} updates, {config.sync} mode"
         )
-        start = time.perf_counter()
-        learn = data_parallel_learn(agent.learn, mesh)
-        shapes = trajectory_shapes(agent, spec, first_local_replica(agent.actor_params(state)), geo, split)
-        learn = learn.lower(state, (shapes,) * geo.actor_threads, jax.random.key(0)).compile()
-        compile_seconds = time.perf_counter() - start
-        log.message(f"learner compiled in {compile_seconds:.1f}s")
-
-        store = ParamsStore(topo.actor_devices, stop)
-        store.publish(first_update, first_local_replica(agent.actor_params(state)))
-        queues = [queue.Queue(maxsize=config.queue_size) for _ in host_envs]
-        program = make_actor_program(agent, host_envs[0][0].to_agent_layout)
-        actors = [
-            Actor(i, topo.actor_devices[i // config.actor_threads], program, batches, store, queues[i], split,
-                  geo.rollout_len, config.sync == "reproducible", config.seed, stop, first_update)
-            for i, batches in enumerate(host_envs)
-        ]
-        with stop_on_signals(requested, caught):
-            for actor in actors:
-                threads.start(f"actor thread {actor.index} (device {actor.device})", actor.run)
-            state, done, learner_timer = _learn(learn, agent, state, store, queues, threads, stop, geo, frame_skip,
-                                                key, log, actors, clock, first_update, checkpointer, requested)
-        threads.raise_failure()
-        checkpointer.save(done, state, {"update": done, "time": clock.total})
-        done_steps = done * geo.steps_per_update
-        # another process may have been the one signalled: every process reports the early stop
-        stopped_by = caught[0] if caught else ("SIGTERM" if done < geo.num_updates else None)
-        timings = dict(learner_timer.seconds)
-        for actor in actors:
-            for name, seconds in actor.timer.seconds.items():
-                timings[name] = timings.get(name, 0.0) + seconds
-        if stopped_by:
-            log.message(f"stopped by {stopped_by} after {done_steps:,} agent steps; shutting down cleanly"
-                        + (f" (resume with --resume {run_dir})" if run_dir else ""))
-        log.message(_timing_report(timings, clock.total - resumed_seconds, geo.actor_threads))
-        log.message(
-            f"done: {done_steps:,} agent steps ({done_steps * frame_skip:,} frames) in {clock.total:.1f}s: "
-            f"{done_steps / max(clock.total, 1e-9):,.0f} steps/s, {done_steps * frame_skip / max(clock.total, 1e-9):,.0f} "
-            f"frames/s after a {compile_seconds:.1f}s compile"
+        run_config = {
+            "architecture": "sebulba", **self.about, "sebulba": dataclasses.asdict(config),
+            "host_env": dataclasses.asdict(self.env_config), "geometry": geo._asdict(),
+            "actor_devices": [str(d) for d in topo.actor_devices],
+            "learner_devices": [str(d) for d in topo.learner_devices],
+            "processes": geo.processes, "frame_skip": self.frame_skip, "jax_version": jax.__version__,
+        }
+        return Program(
+            banner=banner, config=run_config,
+            fingerprint=fingerprint(self.about, config, self.env_config, geo.num_learners * geo.processes),
+            num_updates=geo.num_updates, updates_per_window=geo.updates_per_log, updates_per_step=1,
+            steps_per_update=geo.steps_per_update, frame_skip=self.frame_skip, seed=config.seed, num_seeds=1,
+            init=self.init, compile=self.compile, running=self.running, describe=self.describe, report=self.report,
+            interrupt=self.stop,
         )
-        return SebulbaResult(state, log.records, compile_seconds, clock.total, done_steps, done_steps * frame_skip,
-                             timings, stopped_by)
-    finally:
-        stuck = threads.join()
-        checkpointer.close()
-        log.close()
-        if stuck:
-            raise RuntimeError(f"threads did not stop: {stuck}")
 
+    def init(self):
+        return per_device(self.agent.init(jax.random.fold_in(self.key, 0)), self.mesh)
 
-def _learn(learn, agent, state, store, queues, threads, stop, geo, frame_skip, key, log, actors, clock,
-           first_update, checkpointer, requested):
-    """The learner loop from ``first_update``; returns ``(state, updates done, timer)``, early when ``stop`` is set."""
-    timer = Timer()
-    window: list[tuple[int, dict, list[Rollout]]] = []
-    window_start = clock.total
-    done = first_update
-    for update in range(first_update, geo.num_updates):
-        if geo.processes > 1 and any_process(requested.is_set()):
-            stop.set()
-            break
+    def compile(self, state):
+        params = first_local_replica(self.agent.actor_params(state))
+        shapes = trajectory_shapes(self.agent, self.spec, params, self.geo, self.split)
+        learn = data_parallel_learn(self.agent.learn, self.mesh)
+        return functools.partial(self._step, learn.lower(state, (shapes,) * self.geo.actor_threads,
+                                                          jax.random.key(0)).compile())
+
+    def _step(self, learn, state, update: int, n: int):
+        with self.timer.time("learner_wait"):
+            rollouts = [_get_until_stopped(q, self.stop, self.threads) for q in self.queues]
+        with self.timer.time("learner_update"):
+            trajectories = tuple(r.trajectory for r in rollouts)
+            state, metrics = learn(state, trajectories, jax.random.fold_in(self.key, update + 1))
+            metrics = fetch_replicated(metrics)
+        with self.timer.time("params_publish"):
+            self.store.publish(update + 1, first_local_replica(self.agent.actor_params(state)))
+        return state, _step_stats(metrics, rollouts, update)
+
+    @contextlib.contextmanager
+    def running(self, state, first_update: int):
+        """The actor threads, acting from the parameters of ``state`` on; joined on exit, failures re-raised."""
+        self.store.publish(first_update, first_local_replica(self.agent.actor_params(state)))
+        program = make_actor_program(self.agent, self.host_envs[0][0].to_agent_layout)
+        threads_per_device, config = self.config.actor_threads, self.config
+        self.actors = [
+            Actor(i, self.topo.actor_devices[i // threads_per_device], program, batches, self.store, self.queues[i],
+                  self.split, self.geo.rollout_len, config.sync == "reproducible", config.seed, self.stop, first_update)
+            for i, batches in enumerate(self.host_envs)
+        ]
+        for actor in self.actors:
+            self.threads.start(f"actor thread {actor.index} (device {actor.device})", actor.run)
         try:
-            with clock, timer.time("learner_wait"):
-                rollouts = [_get_until_stopped(q, stop, threads) for q in queues]
-        except StopRequested:
-            break
-        with clock:
-            with timer.time("learner_update"):
-                trajectories = tuple(r.trajectory for r in rollouts)
-                state, metrics = learn(state, trajectories, jax.random.fold_in(key, update + 1))
-                metrics = fetch_replicated(metrics)
-            with timer.time("params_publish"):
-                store.publish(update + 1, first_local_replica(agent.actor_params(state)))
-        if not np.isfinite(metrics["loss"]):
-            raise NonFiniteLossError(f"the loss became non-finite at update {update + 1}; try a lower --learning-rate")
-        done = update + 1
-        window.append((update, metrics, rollouts))
-        if len(window) < geo.updates_per_log and update + 1 < geo.num_updates and not stop.is_set():
-            continue
-        _write_window(log, window, geo, frame_skip, clock.total, clock.total - window_start, timer, actors)
-        window, window_start = [], clock.total
-        if checkpointer.due(done):
-            checkpointer.save(done, state, {"update": done, "time": clock.total})
-    if window:  # stopped while waiting: log what was learnt, so the metrics reach the checkpoint without a gap
-        _write_window(log, window, geo, frame_skip, clock.total, clock.total - window_start, timer, actors)
-    return state, done, timer
+            yield
+        finally:
+            stuck = self.threads.join()
+            if stuck:
+                raise RuntimeError(f"threads did not stop: {stuck}")
+        self.threads.raise_failure()
 
+    def describe(self, window: StepStats, record: dict) -> dict:
+        actor_means = {f"time_{name}": sum(a.timer.seconds.get(name, 0.0) for a in self.actors) / len(self.actors)
+                       for name in COMPONENTS}  # per actor thread
+        return {
+            "frames": record["env_steps"] * self.frame_skip,
+            "fps": record["sps"] * self.frame_skip,
+            "policy_lag": float(window.extras["policy_lag_sum"][0] / window.extras["rollouts"][0]),
+            "rss_mb": resident_memory_mb(),
+            **{f"time_{name}": seconds for name, seconds in self.timer.seconds.items()},
+            **actor_means,
+        }
 
-def _write_window(log, window, geo, frame_skip, total_seconds, seconds, timer, actors) -> None:
-    """One record for the updates in ``window`` (``(update, metrics, rollouts)`` each)."""
-    done = window[-1][0] + 1
-    steps = len(window) * geo.steps_per_update
-    flat = [r for _, _, rs in window for r in rs]
-    episodes = sum(r.episodes for r in flat)
-    record = {
-        "update": done,
-        "env_steps": done * geo.steps_per_update,
-        "frames": done * geo.steps_per_update * frame_skip,
-        "time": total_seconds,
-        "sps": steps / seconds,
-        "fps": steps * frame_skip / seconds,
-        "episode_return": sum(r.episode_return for r in flat) / episodes if episodes else None,
-        "episode_length": sum(r.episode_length for r in flat) / episodes if episodes else None,
-        "episodes": episodes,
-        # how many updates the acting parameters were behind the learner's
-        "policy_lag": float(np.mean([u - r.params_version for u, _, rs in window for r in rs])),
-        "rss_mb": resident_memory_mb(),
-        **{k: float(np.mean([m[k] for _, m, _ in window])) for k in window[0][1]},
-        **{f"time_{name}": seconds for name, seconds in timer.seconds.items()},
-    }
-    for name in COMPONENTS:
-        record[f"time_{name}"] = sum(a.timer.seconds.get(name, 0.0) for a in actors) / len(actors)
-    log.write(record)
+    def report(self, seconds: float) -> tuple[dict, str]:
+        timings = dict(self.timer.seconds)
+        for actor in self.actors:
+            for name, value in actor.timer.seconds.items():
+                timings[name] = timings.get(name, 0.0) + value
+        return timings, _timing_report(timings, seconds, self.geo.actor_threads)

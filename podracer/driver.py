@@ -1,0 +1,267 @@
+"""The host loop both architectures share: restore, windows, records, checkpoints, signals, the result.
+
+An architecture is what differs: it hands :func:`drive` a :class:`Program`
+(how to build its state, compile, run in the background while training, and
+advance by some updates) and the driver does the rest, the same way for both:
+
+* ``--resume``: the newest checkpoint replaces the fresh state and the run log
+  drops what was logged after it;
+* log windows of equal numbers of updates, one record per window
+  (``metrics.jsonl``, TensorBoard, a progress line), the architecture adding
+  its own fields;
+* checkpoints when due (:class:`podracer.checkpoint.Checkpointer`), on a stop
+  and at the end;
+* SIGINT/SIGTERM: every process agrees, before each step, whether any process
+  was signalled, so all stop after the same update;
+* one message for a non-finite loss, naming the update and the seed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from typing import Any, Callable, ContextManager, NamedTuple
+
+import jax
+import numpy as np
+
+from podracer.checkpoint import CheckpointConfig, Checkpointer, restore
+from podracer.distributed import any_process
+from podracer.errors import NonFiniteLossError
+from podracer.runlog import RunLog, Stopwatch
+from podracer.signals import StopRequested, stop_on_signals
+
+
+class StepStats(NamedTuple):
+    """What some updates produced, per seed (``[S]`` leaves); windows add these up."""
+
+    metrics: dict  # sum over the updates of each learner metric (replica-averaged)
+    return_sum: np.ndarray  # summed returns of the episodes that ended
+    length_sum: np.ndarray  # their summed lengths
+    episodes: np.ndarray  # how many ended
+    first_nonfinite: np.ndarray  # int: first update (counted from 0 in the step) with a non-finite loss, else -1
+    extras: dict  # the architecture's own sums, read by its ``describe``
+
+
+class Program(NamedTuple):
+    """What an architecture supplies to :func:`drive`.
+
+    Attributes:
+      banner: the run's first message (what runs where).
+      config: what goes into ``config.json``.
+      fingerprint: what a resume must match (see :func:`podracer.checkpoint.fingerprint`).
+      num_updates, updates_per_window, updates_per_step: the run's length, the
+        updates per log record, and the most updates one step may take.
+      steps_per_update: env steps per update (per seed); ``frame_skip`` turns them into frames.
+      seed, num_seeds: for messages and records.
+      init: ``() -> state``, a fresh state (the structure a checkpoint restores into).
+      compile: ``(state) -> step``, compiles what training calls (timed apart);
+        ``step(state, update, n) -> (state, StepStats)`` runs updates
+        ``update + 1 .. update + n`` and may raise
+        :class:`podracer.signals.StopRequested` when interrupted while waiting.
+      running: ``(state, first_update) -> context manager`` that keeps the
+        architecture's background work (Sebulba's actor threads) going while
+        the driver steps, and stops and joins it on exit.
+      describe: ``(window StepStats, record) -> dict``, the architecture's own
+        fields for a record that already holds the shared ones.
+      report: ``(this segment's train seconds) -> (seconds per component, a last message or None)``.
+      interrupt: an event the architecture's blocking waits watch; set when the run stops.
+    """
+
+    banner: str
+    config: dict
+    fingerprint: dict
+    num_updates: int
+    updates_per_window: int
+    updates_per_step: int
+    steps_per_update: int
+    frame_skip: int
+    seed: int
+    num_seeds: int
+    init: Callable[[], Any]
+    compile: Callable[[Any], Callable[[Any, int, int], tuple[Any, StepStats]]]
+    running: Callable[[Any, int], ContextManager]
+    describe: Callable[[StepStats, dict], dict]
+    report: Callable[[float], tuple[dict, str | None]]
+    interrupt: threading.Event
+
+
+class RunResult(NamedTuple):
+    state: Any  # the final state (the architecture's layout)
+    records: list[dict]  # what was logged, one dict per window
+    compile_seconds: float
+    train_seconds: float  # wall time of the steps alone (a resumed run includes its earlier segments)
+    env_steps: int  # per seed, reached by the run (all of them, unless stopped)
+    frames: int  # env_steps x frame-skip
+    timings: dict  # seconds per component where the architecture measures them (Sebulba)
+    stopped_by: str | None = None  # the signal that stopped the run early (a checkpoint was written)
+
+
+class RunOptions(NamedTuple):
+    """How a run is kept: where, how loudly, its checkpoints, and whether it continues an earlier one."""
+
+    run_dir: str | None = None
+    quiet: bool = False
+    checkpoint: CheckpointConfig = CheckpointConfig()
+    resume: bool = False
+
+
+def even_windows(num_updates: int, interval_updates: float) -> int:
+    """Updates per log window: about ``interval_updates``, evened out so every window holds as many.
+
+    A short last window (say 1 update after 1953) would often end no episode.
+    """
+    per_window = min(num_updates, max(1, round(interval_updates)))
+    return -(-num_updates // -(-num_updates // per_window))
+
+
+def episode_means(stats: StepStats) -> dict[str, Any]:
+    """Mean episode return and length over the seeds; per seed, min and max with several seeds."""
+    episodes = stats.episodes
+    with np.errstate(invalid="ignore", divide="ignore"):
+        returns = np.where(episodes > 0, stats.return_sum / episodes, np.nan)
+        lengths = np.where(episodes > 0, stats.length_sum / episodes, np.nan)
+    ended = np.isfinite(returns).any()
+    record = {
+        "episode_return": float(np.nanmean(returns)) if ended else None,
+        "episode_length": float(np.nanmean(lengths)) if ended else None,
+        "episodes": int(episodes.sum()),
+    }
+    if len(episodes) > 1:
+        record["episode_return_per_seed"] = returns
+        record["episode_return_min"] = float(np.nanmin(returns)) if ended else None
+        record["episode_return_max"] = float(np.nanmax(returns)) if ended else None
+    return record
+
+
+def _check_finite(stats: StepStats, done: int, seed: int) -> None:
+    bad = np.flatnonzero(stats.first_nonfinite >= 0)
+    if bad.size:
+        s = int(bad[0])
+        raise NonFiniteLossError(
+            f"the loss became non-finite at update {done + int(stats.first_nonfinite[s]) + 1} (seed {seed + s}); "
+            "try a lower --learning-rate or --max-grad-norm"
+        )
+
+
+def _add(window: StepStats | None, stats: StepStats) -> StepStats:
+    return stats if window is None else jax.tree.map(np.add, window, stats)
+
+
+class _Run:
+    """One run's moving parts while :func:`drive` steps it."""
+
+    def __init__(self, program: Program, options: RunOptions, log: RunLog, first_update: int, clock: Stopwatch):
+        self.program, self.log, self.clock, self.done = program, log, clock, first_update
+        self.resumed_seconds = clock.total
+        self.checkpointer = Checkpointer(options.run_dir, program.fingerprint, options.checkpoint, first_update)
+
+    def save(self, state) -> None:
+        self.checkpointer.save(self.done, state, {"update": self.done, "time": self.clock.total})
+
+    def write(self, window: StepStats, updates: int, seconds: float) -> None:
+        program, steps = self.program, updates * self.program.steps_per_update
+        record = {
+            "update": self.done,
+            "env_steps": self.done * program.steps_per_update,
+            "time": self.clock.total,
+            "sps": steps * program.num_seeds / seconds,
+            "sps_per_seed": steps / seconds,
+            **episode_means(window),
+            **{key: float(np.mean(value)) / updates for key, value in window.metrics.items()},
+        }
+        self.log.write({**record, **program.describe(window, record)})
+
+    def loop(self, state, step, requested: threading.Event):
+        """Steps until the end or an agreed stop; returns ``(state, stopping)``."""
+        program = self.program
+        window, window_updates, window_start = None, 0, self.clock.total
+        stopping = False
+        while self.done < program.num_updates:
+            stopping = any_process(requested.is_set())  # a signal may reach only some processes
+            if stopping:
+                program.interrupt.set()
+                break
+            n = min(program.updates_per_step, program.num_updates - self.done)
+            try:
+                with self.clock:
+                    state, stats = step(state, self.done, n)
+            except StopRequested:  # interrupted while waiting: nothing was learnt
+                stopping = True
+                break
+            _check_finite(stats, self.done, program.seed)
+            self.done += n
+            window, window_updates = _add(window, stats), window_updates + n
+            if window_updates >= program.updates_per_window or self.done == program.num_updates:
+                self.write(window, window_updates, self.clock.total - window_start)
+                window, window_updates, window_start = None, 0, self.clock.total
+                if self.checkpointer.due(self.done):
+                    self.save(state)
+        if window is not None:  # stopped mid-window: log it, so the metrics reach the checkpoint without a gap
+            self.write(window, window_updates, self.clock.total - window_start)
+        return state, stopping
+
+
+def drive(program: Program, options: RunOptions = RunOptions()) -> RunResult:
+    """Runs ``program`` from a fresh state, or from its newest checkpoint with ``options.resume``."""
+    if options.resume and options.run_dir is None:
+        raise ValueError("resuming needs the run directory that holds the checkpoints")
+    state, first_update, clock = program.init(), 0, Stopwatch()
+    if options.resume:
+        state, counters = restore(options.run_dir, state, program.fingerprint)
+        first_update, clock.total = counters["update"], counters["time"]
+    logging_process = jax.process_index() == 0
+    log = RunLog(options.run_dir if logging_process else None, program.config,
+                 program.num_updates * program.steps_per_update, options.quiet or not logging_process,
+                 resume_update=first_update if options.resume else None)
+    run = _Run(program, options, log, first_update, clock)
+    requested, caught = threading.Event(), []
+    if jax.process_count() == 1:
+        requested = program.interrupt  # alone, a signal interrupts waits at once; else the processes agree first
+    try:
+        log.message(program.banner)
+        if options.resume:
+            log.message(f"resumed from the checkpoint at update {first_update} "
+                        f"({first_update * program.steps_per_update:,} env steps)")
+        start = time.perf_counter()
+        step = program.compile(state)
+        compile_seconds = time.perf_counter() - start
+        log.message(f"compiled in {compile_seconds:.1f}s")
+        with stop_on_signals(requested, caught), program.running(state, first_update):
+            state, stopping = run.loop(state, step, requested)
+        run.save(state)
+        return _finish(run, state, compile_seconds, caught if stopping else None)
+    finally:
+        program.interrupt.set()
+        run.checkpointer.close()
+        log.close()
+
+
+def _finish(run: _Run, state, compile_seconds: float, caught: list[str] | None) -> RunResult:
+    program, steps, seconds = run.program, run.done * run.program.steps_per_update, run.clock.total
+    frames = steps * program.frame_skip
+    stopped_by = (caught[0] if caught else "SIGTERM") if caught is not None else None  # or another process's signal
+    if stopped_by:
+        where = f"; resume with --resume {run.log.run_dir}" if run.log.run_dir else ""
+        run.log.message(f"stopped by {stopped_by} at update {run.done}{where}")
+    timings, report = program.report(seconds - run.resumed_seconds)
+    if report:
+        run.log.message(report)
+    rate = f"{steps * program.num_seeds / max(seconds, 1e-9):,.0f} steps/s"
+    if program.frame_skip != 1:
+        rate += f", {frames / max(seconds, 1e-9):,.0f} frames/s"
+    run.log.message(f"done: {steps:,} env steps{' per seed' if program.num_seeds > 1 else ''} in {seconds:.1f}s "
+                    f"({rate} after a {compile_seconds:.1f}s compile)")
+    return RunResult(state, run.log.records, compile_seconds, seconds, steps, frames, timings, stopped_by)
+
+
+@contextlib.contextmanager
+def nothing_in_the_background(state, first_update: int):
+    """:attr:`Program.running` for an architecture with no background work."""
+    yield
+
+
+def no_report(seconds: float) -> tuple[dict, None]:
+    """:attr:`Program.report` for an architecture that times no components."""
+    return {}, None
