@@ -16,7 +16,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -82,11 +82,11 @@ class MuZeroState(NamedTuple):
 class MuZeroAgent(NamedTuple):
     """An :class:`Agent` (its first four fields) that also exposes its search, for masks and tests."""
 
-    init: object
-    actor_params: object
-    act: object
-    learn: object
-    search: object  # (params, obs [B, ...], key, invalid_actions [B, A] | None) -> mctx.PolicyOutput
+    init: Callable[[jax.Array], "MuZeroState"]
+    actor_params: Callable[["MuZeroState"], Params]
+    act: Callable[[Params, jax.Array, jax.Array], tuple[jax.Array, dict]]
+    learn: Callable[["MuZeroState", Trajectory, jax.Array], tuple["MuZeroState", dict]]
+    search: Callable[..., mctx.PolicyOutput]  # (params, obs [B, ...], key, invalid_actions [B, A] | None)
 
 
 def _check(config: MuZeroConfig) -> None:
@@ -148,6 +148,51 @@ def unroll_masks(discount, valid, unroll_steps: int) -> tuple[jax.Array, jax.Arr
 
 def _scale_gradient(x: jax.Array, scale: float) -> jax.Array:
     return x * scale + jax.lax.stop_gradient(x) * (1.0 - scale)
+
+
+class UnrollTargets(NamedTuple):
+    """What the K-step unroll of ``b`` sampled windows is trained towards."""
+
+    policy: jax.Array  # [b, K + 1, A] probabilities: the search's action weights (uniform after termination)
+    value: jax.Array  # [b, K + 1] n-step returns (0 after termination)
+    reward: jax.Array  # [b, K] rewards of the transitions the unroll takes (0 after termination)
+    inside: jax.Array  # [b, K + 1] 1 where the position belongs to the window's episode, else 0 (not learnt)
+    weight: jax.Array  # [b] importance weights of the windows
+
+
+def muzero_loss(policy_logits, value_logits, reward_logits, targets: UnrollTargets, tx: rlax.TxPair,
+                value_coef: float, reward_coef: float) -> tuple[jax.Array, dict]:
+    """MuZero's loss over a K-step unroll: policy, value and reward cross-entropies.
+
+    Args:
+      policy_logits: ``[b, K + 1, A]`` from the prediction function at the root and each unrolled step.
+      value_logits: ``[b, K + 1, bins]`` over ``tx``'s support.
+      reward_logits: ``[b, K, bins]`` from the dynamics function.
+      targets: what they are trained towards; scalar values and rewards become
+        two-hot distributions with ``tx``.
+
+    Returns:
+      ``(loss, metrics)``: each cross-entropy counts 1 at the root and 1/K at each
+      unrolled step, times the window's importance weight, summed over the unroll
+      and averaged over the windows (and over every replica, see
+      :func:`podracer.parallel.masked_mean`) where ``targets.inside``;
+      ``loss = policy + value_coef * value + reward_coef * reward``.
+    """
+    k = reward_logits.shape[1]
+
+    def cross_entropy(target_probs, logits):
+        return -jnp.sum(target_probs * jax.nn.log_softmax(logits), axis=-1)
+
+    scale = jnp.concatenate([jnp.ones((1,)), jnp.full((k,), 1.0 / k)])
+    reward_ce = jnp.pad(cross_entropy(tx.apply(targets.reward), reward_logits), ((0, 0), (1, 0)))  # none at the root
+    per_step = jnp.stack([  # [b, K + 1, 3]
+        cross_entropy(targets.policy, policy_logits),
+        cross_entropy(tx.apply(targets.value), value_logits),
+        reward_ce,
+    ], -1) * (scale[:, None] * targets.weight[:, None, None])
+    means = masked_mean(per_step, targets.inside > 0) * (k + 1)  # one reduction; a sum over the unroll
+    total = means[0] + value_coef * means[1] + reward_coef * means[2]
+    return total, {"policy_loss": means[0], "value_loss": means[1], "reward_loss": means[2]}
 
 
 def make_muzero(config: MuZeroConfig, spec: EnvSpec, shape: BatchShape = BatchShape()) -> MuZeroAgent:
@@ -255,23 +300,11 @@ def make_muzero(config: MuZeroConfig, spec: EnvSpec, shape: BatchShape = BatchSh
         policy_logits, value_logits = jnp.stack(policy_logits, 1), jnp.stack(value_logits, 1)
         reward_logits = jnp.stack(reward_logits, 1)
 
-        def cross_entropy(target_probs, logits):
-            return -jnp.sum(target_probs * jax.nn.log_softmax(logits), axis=-1)
-
-        # [b, K + 1, 3]: policy, value, reward cross-entropies per unroll step (no reward at the root);
-        # the unrolled steps count 1 / K each, and importance weights apply per window.
-        scale = jnp.concatenate([jnp.ones((1,)), jnp.full((k,), 1.0 / k)])
-        reward_ce = jnp.pad(cross_entropy(tx.apply(reward_target), reward_logits), ((0, 0), (1, 0)))
-        per_step = jnp.stack([
-            cross_entropy(policy_target, policy_logits),
-            cross_entropy(tx.apply(value_target), value_logits),
-            reward_ce,
-        ], -1) * (scale[:, None] * sample.weight[:, None, None])
-        means = masked_mean(per_step, inside > 0) * (k + 1)  # one reduction; a sum over the unroll
-        total = means[0] + config.value_coef * means[1] + config.reward_coef * means[2]
+        targets = UnrollTargets(policy_target, value_target, reward_target, inside, sample.weight)
+        total, metrics = muzero_loss(policy_logits, value_logits, reward_logits, targets, tx, config.value_coef,
+                                     config.reward_coef)
         predicted = tx.apply_inv(jax.nn.softmax(value_logits[:, 0]))
-        metrics = {"policy_loss": means[0], "value_loss": means[1], "reward_loss": means[2],
-                   "value_target": jnp.mean(value_target[:, 0])}
+        metrics["value_target"] = jnp.mean(value_target[:, 0])
         return total, (jax.lax.stop_gradient(jnp.abs(predicted - value_target[:, 0])), metrics)
 
     def learn(state: MuZeroState, traj: Trajectory, key):

@@ -15,6 +15,7 @@ Every leaf of the global :class:`RunnerState` is laid out
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable, NamedTuple
 
 import jax
@@ -60,46 +61,63 @@ def anakin_mesh(devices, lanes: int) -> Mesh:
     return device_mesh(devices, lane_axis=lanes == 1)
 
 
+def _rollout(agent: Agent, env, rollout_len: int, params, env_state, obs, key):
+    """``rollout_len`` steps of acting and stepping the ``[B]`` environments; returns the state to go on
+    from, the :class:`Trajectory` (``obs [T + 1, B, ...]``) and the ``[T, B]`` episode statistics."""
+
+    def step(carry, step_key):
+        env_state, obs = carry
+        action, extras = agent.act(params, obs, step_key)
+        env_state, ts = jax.vmap(env.step)(env_state, action)
+        return (env_state, ts.obs), (obs, action, ts.reward, ts.discount, ts.valid, extras, ts.episode)
+
+    (env_state, last_obs), steps = jax.lax.scan(step, (env_state, obs), jax.random.split(key, rollout_len))
+    obs_seq, action, reward, discount, valid, extras, episodes = steps
+    all_obs = jax.tree.map(lambda seq, last: jnp.concatenate([seq, last[None]]), obs_seq, last_obs)
+    return env_state, last_obs, Trajectory(all_obs, action, reward, discount, valid, extras), episodes
+
+
+def _lane_update(agent: Agent, env, rollout_len: int, runner: RunnerState):
+    """One update of one lane: a rollout, then ``Agent.learn``; metrics and episode sums over every replica."""
+    act_key, rollout_key = jax.random.split(runner.act_key)
+    learn_key, update_key = jax.random.split(runner.learn_key)
+    params = agent.actor_params(runner.learner)
+    env_state, obs, traj, episodes = _rollout(agent, env, rollout_len, params, runner.env_state, runner.obs,
+                                              rollout_key)
+    learner, metrics = agent.learn(runner.learner, traj, update_key)
+    runner = RunnerState(learner, env_state, obs, act_key, learn_key)
+    return runner, mean_over_replicas(metrics), sum_over_replicas(episodes.ended_sums())
+
+
+def _lane_init(agent: Agent, env, lanes: int, num_envs: int, seed_key, lane) -> RunnerState:
+    """A lane's first state: every environment of every replica gets its own key."""
+    learner_key, env_key, act_key, learn_key = jax.random.split(seed_key, 4)
+    replica = jax.lax.axis_index(DEVICE_AXIS) * lanes + lane
+    env_ids = replica * num_envs + jnp.arange(num_envs)
+    env_keys = jax.vmap(lambda i: jax.random.fold_in(env_key, i))(env_ids)
+    env_state, obs = jax.vmap(env.reset)(env_keys)
+    return RunnerState(agent.init(learner_key), env_state, obs, jax.random.fold_in(act_key, replica), learn_key)
+
+
+def _add_update(stats: StepStats, i, metrics, sums) -> StepStats:
+    """``stats`` with update ``i``'s per-seed metrics and episode sums added (and its loss checked)."""
+    ret, length, count = sums
+    first = jnp.where((stats.first_nonfinite < 0) & ~jnp.isfinite(metrics["loss"]), i, stats.first_nonfinite)
+    return StepStats(jax.tree.map(jnp.add, stats.metrics, metrics), stats.return_sum + ret,
+                     stats.length_sum + length, stats.episodes + count, first, {})
+
+
 def make_anakin(agent: Agent, env, geometry: Geometry, mesh: Mesh, loop_on_device: bool = True) -> Anakin:
     """Builds the Anakin program for ``agent`` on the auto-resetting jittable ``env``.
 
     ``mesh`` comes from :func:`anakin_mesh` for ``geometry.lanes``; see
     :func:`anakin.config.loop_on_device` for ``loop_on_device``.
     """
-    lanes, num_envs, rollout_len = geometry.lanes, geometry.envs_per_lane, geometry.rollout_len
-
-    def rollout(params, env_state, obs, key):
-        def step(carry, step_key):
-            env_state, obs = carry
-            action, extras = agent.act(params, obs, step_key)
-            env_state, ts = jax.vmap(env.step)(env_state, action)
-            return (env_state, ts.obs), (obs, action, ts.reward, ts.discount, ts.valid, extras, ts.episode)
-
-        (env_state, last_obs), steps = jax.lax.scan(step, (env_state, obs), jax.random.split(key, rollout_len))
-        obs_seq, action, reward, discount, valid, extras, episodes = steps
-        all_obs = jax.tree.map(lambda seq, last: jnp.concatenate([seq, last[None]]), obs_seq, last_obs)
-        return env_state, last_obs, Trajectory(all_obs, action, reward, discount, valid, extras), episodes
-
-    def lane_update(runner: RunnerState):
-        act_key, rollout_key = jax.random.split(runner.act_key)
-        learn_key, update_key = jax.random.split(runner.learn_key)
-        params = agent.actor_params(runner.learner)
-        env_state, obs, traj, episodes = rollout(params, runner.env_state, runner.obs, rollout_key)
-        learner, metrics = agent.learn(runner.learner, traj, update_key)
-        runner = RunnerState(learner, env_state, obs, act_key, learn_key)
-        return runner, mean_over_replicas(metrics), sum_over_replicas(episodes.ended_sums())
-
+    lanes, seeds = geometry.lanes, geometry.num_seeds
+    lane_update = functools.partial(_lane_update, agent, env, geometry.rollout_len)
+    lane_init = functools.partial(_lane_init, agent, env, lanes, geometry.envs_per_lane)
     # [seeds, lanes] inside a device; lanes are a named axis for the agent's gradient averaging.
-    seeds = geometry.num_seeds
     device_update = vmap_unless_single(vmap_unless_single(lane_update, lanes, LANE_AXIS), seeds)
-
-    def lane_init(seed_key, lane):
-        learner_key, env_key, act_key, learn_key = jax.random.split(seed_key, 4)
-        replica = jax.lax.axis_index(DEVICE_AXIS) * lanes + lane
-        env_ids = replica * num_envs + jnp.arange(num_envs)
-        env_keys = jax.vmap(lambda i: jax.random.fold_in(env_key, i))(env_ids)
-        env_state, obs = jax.vmap(env.reset)(env_keys)
-        return RunnerState(agent.init(learner_key), env_state, obs, jax.random.fold_in(act_key, replica), learn_key)
 
     def device_init(seed_keys):
         per_seed = jax.vmap(lambda key: jax.vmap(lane_init, in_axes=(None, 0))(key, jnp.arange(lanes)))
@@ -110,28 +128,13 @@ def make_anakin(agent: Agent, env, geometry: Geometry, mesh: Mesh, loop_on_devic
 
         def body(i, carry):
             state, stats = carry
-            state, metrics, (ret, length, count) = device_update(state)
-            metrics, ret, length, count = jax.tree.map(lambda x: x[:, 0], (metrics, ret, length, count))
-            finite = jnp.isfinite(metrics["loss"])
-            first = jnp.where((stats.first_nonfinite < 0) & ~finite, i, stats.first_nonfinite)
-            stats = StepStats(
-                jax.tree.map(jnp.add, stats.metrics, metrics),
-                stats.return_sum + ret,
-                stats.length_sum + length,
-                stats.episodes + count,
-                first,
-                {},
-            )
-            return state, stats
+            state, metrics, sums = device_update(state)
+            return state, _add_update(stats, i, *jax.tree.map(lambda x: x[:, 0], (metrics, sums)))
 
-        zeros = jnp.zeros(geometry.num_seeds, jnp.float32)
+        zeros = jnp.zeros(seeds, jnp.float32)
         metric_shapes = jax.eval_shape(lambda s: device_update(s)[1], state)
-        stats = StepStats(
-            jax.tree.map(lambda m: jnp.zeros(m.shape[:1], m.dtype), metric_shapes),
-            zeros, zeros, zeros,
-            jnp.full(geometry.num_seeds, -1, jnp.int32),
-            {},
-        )
+        metrics = jax.tree.map(lambda m: jnp.zeros(m.shape[:1], m.dtype), metric_shapes)
+        stats = StepStats(metrics, zeros, zeros, zeros, jnp.full(seeds, -1, jnp.int32), {})
         if loop_on_device:
             state, stats = jax.lax.fori_loop(0, num_updates, body, (state, stats))
         else:
@@ -140,7 +143,7 @@ def make_anakin(agent: Agent, env, geometry: Geometry, mesh: Mesh, loop_on_devic
 
     @jax.jit
     def init(seed):
-        seed_keys = jax.vmap(jax.random.key)(seed + jnp.arange(geometry.num_seeds))
+        seed_keys = jax.vmap(jax.random.key)(seed + jnp.arange(seeds))
         return shard_map(device_init, mesh, in_specs=P(), out_specs=P(DEVICE_AXIS))(seed_keys)
 
     run = jax.jit(

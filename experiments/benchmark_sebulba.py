@@ -51,50 +51,30 @@ def _raw(env_id: str, num_envs: int, batch_size: int, threads: int, seconds: flo
 
 
 def _actors(env_id: str, num_envs: int, threads: int, rollouts: int, actor_threads: int = 1, env_batches: int = 2) -> dict:
-    """``actor_threads`` actor threads on CPU device 0, each with ``env_batches`` envpool batches of ``num_envs``
-    (``threads`` envpool workers each), shipping trajectories to device 1."""
-    import queue
-    import threading
-
-    import jax
-    from jax.sharding import NamedSharding
+    """Sebulba with a learner that learns nothing: ``actor_threads`` actor threads on CPU device 0, each with
+    ``env_batches`` envpool batches of ``num_envs`` (``threads`` envpool workers each) and real PPO
+    inference, shipping trajectories to device 1. The first two rollouts (compilation, warm-up) are left out."""
+    import jax.numpy as jnp
 
     from agents import PPOConfig, make_ppo
-    from envs.host import HostEnv
-    from podracer.parallel import TRAJECTORY_SPEC, device_mesh
-    from sebulba.actor import Actor, make_actor_program
-    from sebulba.lifecycle import ThreadGroup
-    from sebulba.params import ParamsStore
+    from envs.host import HostEnvConfig, is_atari
+    from sebulba import SebulbaConfig, batch_shape, env_spec, train_agent
 
-    actor_device, learner_device = jax.devices()[:2]
-    envs = [[HostEnv(env_id, num_envs, seed=(i * env_batches + b) * num_envs, num_threads=threads)
-             for b in range(env_batches)] for i in range(actor_threads)]
-    agent = make_ppo(PPOConfig(shared_torso=envs[0][0].atari), envs[0][0].spec)
-    stop = threading.Event()
-    store = ParamsStore([actor_device], stop)
-    store.publish(0, agent.init(jax.random.key(0)).params)
-    out = queue.Queue(maxsize=2 * actor_threads)
-    sharding = NamedSharding(device_mesh([learner_device]), TRAJECTORY_SPEC)
-    program = make_actor_program(agent, envs[0][0].to_agent_layout)
-    actors = [Actor(i, actor_device, program, batches, store, out, sharding, 32, False, 0, stop)
-              for i, batches in enumerate(envs)]
-    group = ThreadGroup(stop)
-    for actor in actors:
-        group.start(f"actor {actor.index}", actor.run)
-    for _ in range(2 * actor_threads):  # compilation and warm-up
-        out.get(timeout=600)
-    for actor in actors:
-        actor.timer.seconds.clear()
-    start, steps0 = time.perf_counter(), sum(a.steps for a in actors)
-    for _ in range(rollouts * actor_threads):
-        out.get(timeout=600)
-    seconds, steps = time.perf_counter() - start, sum(a.steps for a in actors) - steps0
-    timings = {}
-    for actor in actors:
-        for name, value in actor.timer.seconds.items():
-            timings[name] = timings.get(name, 0.0) + value / actor_threads
-    group.join()
-    return {"sps": steps / seconds, "frame_skip": envs[0][0].frame_skip, "timings": timings, "seconds": seconds}
+    rollout_len, warm_up = 32, 2
+    steps_per_update = actor_threads * num_envs * env_batches * rollout_len
+    config = SebulbaConfig(actor_devices="0", learner_devices="1", actor_threads=actor_threads,
+                           envs_per_thread=num_envs * env_batches, env_batches=env_batches, rollout_len=rollout_len,
+                           total_env_steps=(warm_up + rollouts) * steps_per_update,
+                           log_interval=warm_up * steps_per_update)  # the first record ends the warm-up
+    env_config = HostEnvConfig(env_threads=threads)
+    agent = make_ppo(PPOConfig(shared_torso=is_atari(env_id)), env_spec(env_id, env_config), batch_shape(config))
+    agent = agent._replace(learn=lambda state, trajectory, key: (state, {"loss": jnp.float32(0.0)}))
+    records = train_agent(agent, env_id, config, env_config, quiet=True).records
+    first, last = records[0], records[-1]
+    seconds = last["time"] - first["time"]
+    timings = {name: last[f"time_{name}"] - first[f"time_{name}"] for name in ("env_step", "inference", "transfer")}
+    return {"sps": (last["env_steps"] - first["env_steps"]) / seconds, "frame_skip": last["frames"] // last["env_steps"],
+            "timings": timings, "seconds": seconds}
 
 
 def _train(env_id: str, agent: str, envs_per_thread: int, actor_devices: str, learner_devices: str,

@@ -95,7 +95,7 @@ class ActorProgram(NamedTuple):
     """The two jitted functions every actor thread runs (compiled once, shared by all threads)."""
 
     act: Callable  # (params, host_obs[B], key) -> (action[B], extras, device_obs[B], key)
-    assemble: Callable  # (episode states, per-batch sequences, flags) -> (states, Trajectory, episode sums)
+    assemble: Callable  # (episode states, per-batch sequences, outcomes) -> (states, Trajectory, episode sums)
 
 
 def make_actor_program(agent: Agent, to_agent_layout: Callable) -> ActorProgram:
@@ -106,21 +106,34 @@ def make_actor_program(agent: Agent, to_agent_layout: Callable) -> ActorProgram:
         action, extras = agent.act(params, to_agent_layout(host_obs), act_key)
         return action, extras, host_obs, key
 
-    def assemble_batch(episodes, obs, action, extras, flags):
-        # On device, once per rollout: envpool's flags to rewards/discounts/valid, and game scores.
-        episodes, (reward, discount, valid, stats) = episode_transitions(episodes, *flags)
+    def assemble_batch(episodes, obs, action, extras, outcomes):
+        # On device, once per rollout: envpool's rewards and flags to rewards/discounts/valid, and game scores.
+        episodes, (reward, discount, valid, stats) = episode_transitions(episodes, *outcomes)
         traj = Trajectory(
             to_agent_layout(jnp.stack(obs)), jnp.stack(action), reward, discount, valid,
             jax.tree.map(lambda *steps: jnp.stack(steps), *extras),
         )
         return episodes, traj, jnp.stack(stats.ended_sums())
 
-    def assemble(episodes, sequences, flags):
-        outs = [assemble_batch(e, *seq, f) for e, seq, f in zip(episodes, sequences, flags)]
+    def assemble(episodes, sequences, outcomes):
+        outs = [assemble_batch(e, *seq, o) for e, seq, o in zip(episodes, sequences, outcomes)]
         traj = jax.tree.map(lambda *parts: jnp.concatenate(parts, axis=1), *[o[1] for o in outs])
         return [o[0] for o in outs], traj, sum(o[2] for o in outs)
 
     return ActorProgram(jax.jit(act), jax.jit(assemble))
+
+
+class ActorShared(NamedTuple):
+    """What every actor thread of a run shares."""
+
+    program: ActorProgram
+    store: ParamsStore
+    learner_sharding: NamedSharding  # where trajectories go, split along the batch axis
+    rollout_len: int
+    reproducible: bool  # act with exactly the parameters after the previous update (``--sync reproducible``)
+    seed: int
+    stop: threading.Event
+    first_rollout: int = 0  # > 0 when resuming: the update the learner continues from
 
 
 class Actor:
@@ -132,30 +145,17 @@ class Actor:
     joined along the batch axis.
     """
 
-    def __init__(
-        self,
-        index: int,
-        device: jax.Device,
-        program: ActorProgram,
-        env_batches: Sequence[HostEnv],
-        store: ParamsStore,
-        out: queue.Queue,
-        learner_sharding: NamedSharding,
-        rollout_len: int,
-        reproducible: bool,
-        seed: int,
-        stop: threading.Event,
-        first_rollout: int = 0,
-    ):
-        self.index, self.device, self.program, self.env_batches = index, device, program, list(env_batches)
-        self.store, self.out, self.learner_sharding = store, out, learner_sharding
-        self.rollout_len, self.reproducible, self.stop = rollout_len, reproducible, stop
-        self.first_rollout = first_rollout  # > 0 when resuming: the update the learner continues from
-        key = jax.random.fold_in(jax.random.key(seed), index)
+    def __init__(self, index: int, device: jax.Device, env_batches: Sequence[HostEnv], out: queue.Queue,
+                 shared: ActorShared):
+        self.index, self.device, self.env_batches, self.out = index, device, list(env_batches), out
+        self.program, self.store, self.learner_sharding = shared.program, shared.store, shared.learner_sharding
+        self.rollout_len, self.reproducible, self.stop = shared.rollout_len, shared.reproducible, shared.stop
+        self.first_rollout = shared.first_rollout
+        key = jax.random.fold_in(jax.random.key(shared.seed), index)
         if jax.process_count() > 1:  # every host's actors draw their own actions
             key = jax.random.fold_in(key, jax.process_index())
-        if first_rollout:
-            key = jax.random.fold_in(key, first_rollout)
+        if shared.first_rollout:
+            key = jax.random.fold_in(key, shared.first_rollout)
         self.key = jax.device_put(key, device)
         self.episodes = [jax.device_put(EpisodeState.initial(env.num_envs), device) for env in self.env_batches]
         self.timer = Timer()
@@ -180,7 +180,7 @@ class Actor:
         clock, seconds = time.perf_counter, self.timer.seconds
         envs, act = self.env_batches, self.program.act
         obs = [env.reset() for env in envs]
-        flags = [
+        outcomes = [  # per batch, envpool's rewards and episode flags of each step, as HostStep orders them
             [np.zeros((self.rollout_len, env.num_envs), dtype) for dtype in (np.float32, np.float32, bool, bool, bool)]
             for env in envs
         ]
@@ -188,7 +188,7 @@ class Actor:
         def receive(b: int, t: int) -> None:
             start = clock()
             step = envs[b].recv()
-            for buffer, value in zip(flags[b], step[1:]):
+            for buffer, value in zip(outcomes[b], step[1:]):
                 buffer[t] = value
             obs[b] = step.obs
             seconds["env_step"] += clock() - start
@@ -215,7 +215,7 @@ class Actor:
             with self.timer.time("transfer"):
                 for b, seq in enumerate(sequences):
                     seq[0].append(jax.device_put(obs[b], self.device))
-                self.episodes, traj, sums = self.program.assemble(self.episodes, sequences, flags)
+                self.episodes, traj, sums = self.program.assemble(self.episodes, sequences, outcomes)
                 traj = put_local_share(traj, self.learner_sharding)
                 jax.block_until_ready(traj)
                 return_sum, length_sum, episodes = np.asarray(sums).tolist()

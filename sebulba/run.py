@@ -34,7 +34,7 @@ from podracer.parallel import (
 from podracer.runlog import resident_memory_mb
 from podracer.signals import StopRequested
 from podracer.types import Agent, BatchShape, EnvSpec, Trajectory
-from sebulba.actor import Actor, Rollout, Timer, make_actor_program
+from sebulba.actor import Actor, ActorShared, Rollout, Timer, make_actor_program
 from sebulba.config import Geometry, SebulbaConfig, default_env_threads, geometry, topology
 from sebulba.lifecycle import ThreadGroup
 from sebulba.params import ParamsStore
@@ -257,10 +257,11 @@ class _Sebulba:
         """The actor threads, acting from the parameters of ``state`` on; joined on exit, failures re-raised."""
         self.store.publish(first_update, first_local_replica(self.agent.actor_params(state)))
         program = make_actor_program(self.agent, self.host_envs[0][0].to_agent_layout)
-        threads_per_device, config = self.config.actor_threads, self.config
+        config = self.config
+        shared = ActorShared(program, self.store, self.split, self.geo.rollout_len, config.sync == "reproducible",
+                             config.seed, self.stop, first_update)
         self.actors = [
-            Actor(i, self.topo.actor_devices[i // threads_per_device], program, batches, self.store, self.queues[i],
-                  self.split, self.geo.rollout_len, config.sync == "reproducible", config.seed, self.stop, first_update)
+            Actor(i, self.topo.actor_devices[i // config.actor_threads], batches, self.queues[i], shared)
             for i, batches in enumerate(self.host_envs)
         ]
         for actor in self.actors:

@@ -9,11 +9,11 @@ import pytest
 from jax.sharding import PartitionSpec as P
 
 from agents import MuZeroConfig, make_muzero
-from agents.muzero import n_step_targets, unroll_masks, value_transform
+from agents.muzero import UnrollTargets, muzero_loss, n_step_targets, unroll_masks, value_transform
 from agents.replay import can_sample, replay_add, replay_init, replay_sample, sample_mask
 from anakin import AnakinConfig, train
 from experiments.presets import ANAKIN_PRESETS, SEBULBA_PRESETS
-from podracer.parallel import device_mesh, shard_map
+from podracer.parallel import device_mesh, shard_map, single_replica
 from podracer.types import BatchShape, EnvSpec, Trajectory
 
 SPEC = EnvSpec(jax.ShapeDtypeStruct((4,), jnp.float32), 3)
@@ -69,6 +69,37 @@ def test_unroll_masks_absorb_after_termination_and_stop_at_truncation():
     alive, inside = unroll_masks(discount, valid, 3)
     np.testing.assert_array_equal(alive, [[1, 1, 0, 0], [1, 1, 1, 1]])
     np.testing.assert_array_equal(inside, [[1, 1, 1, 1], [1, 1, 0, 0]])  # absorbing states are still learnt
+
+
+def test_muzero_loss_by_hand_with_uniform_logits_masks_and_weights():
+    # b = 2 windows, K = 2, A = 4 actions, 5 support bins. With all-zero logits every cross-entropy is
+    # log(A) for the policy and log(bins) for value and reward, whatever the targets.
+    tx = value_transform(MuZeroConfig(support_max=2.0, support_bins=5))
+    b, k, a, bins = 2, 2, 4, 5
+    targets = UnrollTargets(
+        policy=jnp.full((b, k + 1, a), 1 / a), value=jnp.array([[0.5, -1.0, 0.0], [1.5, 0.2, 0.3]]),
+        reward=jnp.array([[1.0, 0.0], [-0.5, 0.25]]), inside=jnp.array([[1, 1, 1], [1, 1, 0]]),
+        weight=jnp.array([1.0, 0.5]))
+    logits = (jnp.zeros((b, k + 1, a)), jnp.zeros((b, k + 1, bins)), jnp.zeros((b, k, bins)))
+    loss, metrics = single_replica(lambda *x: muzero_loss(*x, targets, tx, value_coef=0.25, reward_coef=1.0))(*logits)
+    # per position: scale (1, 1/2, 1/2) x weight; 5 positions inside; times K + 1 = 3 for a sum over the unroll
+    weights = [1.0, 0.5, 0.5, 0.5 * 1.0, 0.5 * 0.5]  # window 0: all three; window 1: root and step 1
+    policy = np.log(a) * sum(weights) / 5 * 3
+    value = np.log(bins) * sum(weights) / 5 * 3
+    reward = np.log(bins) * (sum(weights) - 1.0 - 0.5) / 5 * 3  # no reward term at the roots
+    np.testing.assert_allclose(metrics["policy_loss"], policy, rtol=1e-6)
+    np.testing.assert_allclose(metrics["value_loss"], value, rtol=1e-6)
+    np.testing.assert_allclose(metrics["reward_loss"], reward, rtol=1e-6)
+    np.testing.assert_allclose(loss, policy + 0.25 * value + reward, rtol=1e-6)
+
+
+def test_muzero_loss_rewards_logits_that_match_their_targets():
+    tx = value_transform(MuZeroConfig(support_max=2.0, support_bins=5))
+    targets = UnrollTargets(policy=jnp.array([[[1.0, 0.0], [0.0, 1.0]]]), value=jnp.array([[1.0, -1.0]]),
+                            reward=jnp.array([[2.0]]), inside=jnp.ones((1, 2)), weight=jnp.ones(1))
+    matching = (10.0 * (targets.policy - 0.5), 10.0 * tx.apply(targets.value), 10.0 * tx.apply(targets.reward))
+    loss_fn = single_replica(lambda *logits: muzero_loss(*logits, targets, tx, 0.25, 1.0)[0])
+    assert float(loss_fn(*matching)) < 0.1 * float(loss_fn(*[-x for x in matching]))
 
 
 def _traj(t, b, start, offset=0.0):
