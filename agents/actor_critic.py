@@ -10,8 +10,8 @@ import jax.flatten_util
 import jax.numpy as jnp
 import optax
 
-from agents.networks import TORSOS, ActorCritic, make_torso
-from podracer.config import knob
+from agents.networks import TORSOS, ActorCritic, make_torso, resolve_torso
+from podracer.config import flag_name, knob
 from podracer.parallel import mean_over_replicas
 from podracer.types import EnvSpec, Params
 
@@ -39,7 +39,7 @@ class LearnerState(NamedTuple):
 def _ensure_positive(config: ActorCriticConfig) -> None:
     for name in ("learning_rate", "max_grad_norm"):
         if getattr(config, name) <= 0:
-            raise ValueError(f"--{name.replace('_', '-')} must be positive, got {getattr(config, name)}")
+            raise ValueError(f"{flag_name(name)} must be positive, got {getattr(config, name)}")
     if not 0.0 <= config.gamma <= 1.0:
         raise ValueError(f"--gamma must lie in [0, 1], got {config.gamma}")
 
@@ -55,9 +55,8 @@ class ActorCriticParts(NamedTuple):
 def build(config: ActorCriticConfig, spec: EnvSpec, optimizer_steps: int | None) -> ActorCriticParts:
     """Network and optimiser for ``spec``; ``optimizer_steps`` sets the length of LR annealing."""
     _ensure_positive(config)
-    obs_shape = spec.observation.shape
-    torso = make_torso(config.torso, obs_shape, config.hidden_sizes)
-    network = ActorCritic(torso, spec.num_actions, config.shared_torso)
+    torso = resolve_torso(config.torso, spec)
+    network = ActorCritic(make_torso(torso, config.hidden_sizes), spec.num_actions, config.shared_torso)
     learning_rate = config.learning_rate
     if config.anneal_lr and optimizer_steps:
         learning_rate = optax.linear_schedule(config.learning_rate, 0.0, optimizer_steps)
@@ -65,8 +64,7 @@ def build(config: ActorCriticConfig, spec: EnvSpec, optimizer_steps: int | None)
         optax.clip_by_global_norm(config.max_grad_norm),
         optax.adam(learning_rate, eps=config.adam_eps),
     ))
-    has_conv = config.torso not in ("auto", "mlp") or (config.torso == "auto" and len(obs_shape) >= 3)
-    return ActorCriticParts(network, optimizer, has_conv)
+    return ActorCriticParts(network, optimizer, has_conv=torso != "mlp")
 
 
 def make_init(parts: ActorCriticParts, spec: EnvSpec):

@@ -27,7 +27,7 @@ import rlax
 from agents.muzero_networks import MuZeroMLP, MuZeroResNet
 from agents.sgd import resolve_unroll
 from agents.replay import Replay, can_sample, replay_add, replay_init, replay_sample, update_priorities
-from podracer.config import knob
+from podracer.config import knob, require_at_least_one, require_choice
 from podracer.parallel import masked_mean, mean_over_replicas, replica_count, replica_index
 from podracer.types import Agent, BatchShape, EnvSpec, Params, Trajectory
 
@@ -90,13 +90,10 @@ class MuZeroAgent(NamedTuple):
 
 
 def _check(config: MuZeroConfig) -> None:
-    if config.search not in SEARCHES:
-        raise ValueError(f"--search must be one of {SEARCHES}, got {config.search!r}")
-    if config.target_update not in TARGET_UPDATES:
-        raise ValueError(f"--target-update must be one of {TARGET_UPDATES}, got {config.target_update!r}")
-    for name in ("num_simulations", "unroll_steps", "td_steps", "batch_size", "support_bins", "replay_capacity"):
-        if getattr(config, name) < 1:
-            raise ValueError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(config, name)}")
+    require_choice(config, "search", SEARCHES)
+    require_choice(config, "target_update", TARGET_UPDATES)
+    require_at_least_one(config, "num_simulations", "unroll_steps", "td_steps", "batch_size", "support_bins",
+                         "replay_capacity")
 
 
 def value_transform(config: MuZeroConfig) -> rlax.TxPair:
@@ -201,7 +198,7 @@ def make_muzero(config: MuZeroConfig, spec: EnvSpec, shape: BatchShape = BatchSh
     if shape.rollout_len is None or shape.envs_per_replica is None:
         raise ValueError("MuZero needs the batch shape (rollout_len, envs_per_replica) to size its replay")
     obs_shape = spec.observation.shape
-    torso = config.torso if config.torso != "auto" else ("resnet" if len(obs_shape) >= 3 else "mlp")
+    torso = config.torso if config.torso != "auto" else ("resnet" if spec.images else "mlp")
     if torso == "mlp":
         network = MuZeroMLP(spec.num_actions, config.support_bins, config.embedding_size, tuple(config.hidden_sizes))
     elif torso == "resnet":

@@ -13,6 +13,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from podracer.types import EnvSpec
+
 TORSOS = ("auto", "mlp", "conv", "nature_cnn", "impala_resnet")
 
 
@@ -89,13 +91,18 @@ class ImpalaResNet(nn.Module):
         return nn.relu(nn.Dense(256, kernel_init=_orthogonal())(x))
 
 
-def make_torso(kind: str, obs_shape: Sequence[int], hidden_sizes: Sequence[int] = (64, 64)) -> Callable[[], nn.Module]:
-    """A factory for the torso ``kind`` (``auto`` picks by observation rank and size)."""
-    if kind == "auto":
-        if len(obs_shape) < 3:
-            kind = "mlp"
-        else:
-            kind = "nature_cnn" if min(obs_shape[:2]) >= 64 else "conv"
+def resolve_torso(kind: str, spec: EnvSpec) -> str:
+    """The torso ``kind`` names; ``auto``: an MLP for vectors, a small conv net for small images (MinAtar's
+    10x10), the Nature CNN for larger ones (Atari's 84x84)."""
+    if kind != "auto":
+        return kind
+    if not spec.images:
+        return "mlp"
+    return "nature_cnn" if min(spec.observation.shape[:2]) >= 64 else "conv"
+
+
+def make_torso(kind: str, hidden_sizes: Sequence[int] = (64, 64)) -> Callable[[], nn.Module]:
+    """A factory for the torso ``kind`` (already resolved, see :func:`resolve_torso`)."""
     factories = {
         "mlp": lambda: MLP(tuple(hidden_sizes)),
         "conv": SmallConv,

@@ -12,7 +12,7 @@ from agents.actor_critic import ActorCriticConfig, LearnerState
 from agents.networks import ActorCritic
 from agents.returns import generalized_advantages
 from agents.sgd import UNROLL_CHOICES, resolve_unroll, shuffled_minibatches
-from podracer.config import knob
+from podracer.config import knob, require_at_least_one
 from podracer.parallel import global_masked_moments, masked_mean
 from podracer.types import Agent, BatchShape, EnvSpec, Trajectory
 
@@ -74,9 +74,7 @@ def ppo_loss(
 
 def make_ppo(config: PPOConfig, spec: EnvSpec, shape: BatchShape = BatchShape()) -> Agent:
     """A PPO :class:`Agent` for ``spec``; ``shape.num_updates`` sets the length of LR annealing."""
-    for name in ("num_epochs", "num_minibatches"):
-        if getattr(config, name) < 1:
-            raise ValueError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(config, name)}")
+    require_at_least_one(config, "num_epochs", "num_minibatches")
     steps = shape.num_updates * config.num_epochs * config.num_minibatches if shape.num_updates else None
     parts = actor_critic.build(config, spec, steps)
     network = parts.network

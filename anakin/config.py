@@ -8,7 +8,7 @@ from typing import NamedTuple
 
 import jax
 
-from podracer.config import knob
+from podracer.config import knob, require_at_least_one
 from podracer.driver import even_windows
 
 
@@ -34,7 +34,7 @@ class AnakinConfig:
 UPDATE_LOOPS = ("auto", "device", "host")
 
 
-def loop_on_device(choice: str, observation_rank: int) -> bool:
+def loop_on_device(choice: str, images: bool) -> bool:
     """Whether the updates of one call run as a loop on the device (else one update per call).
 
     XLA:CPU takes a generic slow path for convolution gradients inside a device
@@ -44,7 +44,7 @@ def loop_on_device(choice: str, observation_rank: int) -> bool:
     if choice not in UPDATE_LOOPS:
         raise ValueError(f"--update-loop must be one of {UPDATE_LOOPS}, got {choice!r}")
     if choice == "auto":
-        return not (observation_rank >= 3 and jax.default_backend() == "cpu")
+        return not (images and jax.default_backend() == "cpu")
     return choice == "device"
 
 
@@ -78,9 +78,7 @@ def _suggest_multiples(value: int, factor: int) -> str:
 
 def geometry(config: AnakinConfig, num_devices: int) -> Geometry:
     """Checks ``config`` against ``num_devices`` (no compilation), with errors that say what to change."""
-    for name in ("num_envs", "rollout_len", "lanes", "num_seeds", "total_env_steps"):
-        if getattr(config, name) < 1:
-            raise ValueError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(config, name)}")
+    require_at_least_one(config, "num_envs", "rollout_len", "lanes", "num_seeds", "total_env_steps")
     if config.log_interval < 0:
         raise ValueError(f"--log-interval must be 0 (auto) or positive, got {config.log_interval}")
     replicas = num_devices * config.lanes

@@ -69,3 +69,18 @@ def given_flags(parser: argparse.ArgumentParser, argv: list[str]) -> set[str]:
 def round_up(value: int, multiple: int) -> int:
     """The smallest multiple of ``multiple`` that is at least ``value``."""
     return -(-value // multiple) * multiple
+
+
+def require_at_least_one(config: Any, *names: str) -> None:
+    """Raises ValueError, naming the flag, for the first field in ``names`` whose value is below 1."""
+    for name in names:
+        value = getattr(config, name)
+        if value < 1:
+            raise ValueError(f"{flag_name(name)} must be at least 1, got {value}")
+
+
+def require_choice(config: Any, name: str, choices: tuple[str, ...]) -> None:
+    """Raises ValueError, naming the flag, when field ``name`` is not one of ``choices``."""
+    value = getattr(config, name)
+    if value not in choices:
+        raise ValueError(f"{flag_name(name)} must be one of {choices}, got {value!r}")

@@ -29,8 +29,11 @@ import numpy as np
 from podracer.checkpoint import CheckpointConfig, Checkpointer, restore
 from podracer.distributed import any_process
 from podracer.errors import NonFiniteLossError
-from podracer.runlog import RunLog, Stopwatch
+from podracer.runlog import RunLog, Timer
 from podracer.signals import StopRequested, stop_on_signals
+
+
+TRAINING = "training"  # the driver's one timed component: the steps, compilation apart
 
 
 class StepStats(NamedTuple):
@@ -152,20 +155,25 @@ def _add(window: StepStats | None, stats: StepStats) -> StepStats:
 class _Run:
     """One run's moving parts while :func:`drive` steps it."""
 
-    def __init__(self, program: Program, options: RunOptions, log: RunLog, first_update: int, clock: Stopwatch):
+    def __init__(self, program: Program, options: RunOptions, log: RunLog, first_update: int, clock: Timer):
         self.program, self.log, self.clock, self.done = program, log, clock, first_update
-        self.resumed_seconds = clock.total
+        self.resumed_seconds = self.seconds
         self.checkpointer = Checkpointer(options.run_dir, program.fingerprint, options.checkpoint, first_update)
 
+    @property
+    def seconds(self) -> float:
+        """Training seconds so far (every segment of a resumed run; compilation excluded)."""
+        return self.clock.seconds[TRAINING]
+
     def save(self, state) -> None:
-        self.checkpointer.save(self.done, state, {"update": self.done, "time": self.clock.total})
+        self.checkpointer.save(self.done, state, {"update": self.done, "time": self.seconds})
 
     def write(self, window: StepStats, updates: int, seconds: float) -> None:
         program, steps = self.program, updates * self.program.steps_per_update
         record = {
             "update": self.done,
             "env_steps": self.done * program.steps_per_update,
-            "time": self.clock.total,
+            "time": self.seconds,
             "sps": steps * program.num_seeds / seconds,
             "sps_per_seed": steps / seconds,
             **episode_means(window),
@@ -176,7 +184,7 @@ class _Run:
     def loop(self, state, step, requested: threading.Event):
         """Steps until the end or an agreed stop; returns ``(state, stopping)``."""
         program = self.program
-        window, window_updates, window_start = None, 0, self.clock.total
+        window, window_updates, window_start = None, 0, self.seconds
         stopping = False
         while self.done < program.num_updates:
             stopping = any_process(requested.is_set())  # a signal may reach only some processes
@@ -185,7 +193,7 @@ class _Run:
                 break
             n = min(program.updates_per_step, program.num_updates - self.done)
             try:
-                with self.clock:
+                with self.clock.time(TRAINING):
                     state, stats = step(state, self.done, n)
             except StopRequested:  # interrupted while waiting: nothing was learnt
                 stopping = True
@@ -194,12 +202,12 @@ class _Run:
             self.done += n
             window, window_updates = _add(window, stats), window_updates + n
             if window_updates >= program.updates_per_window or self.done == program.num_updates:
-                self.write(window, window_updates, self.clock.total - window_start)
-                window, window_updates, window_start = None, 0, self.clock.total
+                self.write(window, window_updates, self.seconds - window_start)
+                window, window_updates, window_start = None, 0, self.seconds
                 if self.checkpointer.due(self.done):
                     self.save(state)
         if window is not None:  # stopped mid-window: log it, so the metrics reach the checkpoint without a gap
-            self.write(window, window_updates, self.clock.total - window_start)
+            self.write(window, window_updates, self.seconds - window_start)
         return state, stopping
 
 
@@ -207,10 +215,10 @@ def drive(program: Program, options: RunOptions = RunOptions()) -> RunResult:
     """Runs ``program`` from a fresh state, or from its newest checkpoint with ``options.resume``."""
     if options.resume and options.run_dir is None:
         raise ValueError("resuming needs the run directory that holds the checkpoints")
-    state, first_update, clock = program.init(), 0, Stopwatch()
+    state, first_update, clock = program.init(), 0, Timer()
     if options.resume:
         state, counters = restore(options.run_dir, state, program.fingerprint)
-        first_update, clock.total = counters["update"], counters["time"]
+        first_update, clock.seconds[TRAINING] = counters["update"], counters["time"]
     logging_process = jax.process_index() == 0
     log = RunLog(options.run_dir if logging_process else None, program.config,
                  program.num_updates * program.steps_per_update, options.quiet or not logging_process,
@@ -239,7 +247,7 @@ def drive(program: Program, options: RunOptions = RunOptions()) -> RunResult:
 
 
 def _finish(run: _Run, state, compile_seconds: float, caught: list[str] | None) -> RunResult:
-    program, steps, seconds = run.program, run.done * run.program.steps_per_update, run.clock.total
+    program, steps, seconds = run.program, run.done * run.program.steps_per_update, run.seconds
     frames = steps * program.frame_skip
     stopped_by = (caught[0] if caught else "SIGTERM") if caught is not None else None  # or another process's signal
     if stopped_by:

@@ -13,6 +13,7 @@ import math
 import os
 import sys
 import time
+from collections import defaultdict
 from typing import Any, TextIO
 
 import numpy as np
@@ -161,18 +162,23 @@ def resident_memory_mb() -> float:
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-class Stopwatch:
-    """Accumulates seconds spent, for steady-state throughput apart from compilation."""
+class Timer:
+    """Seconds spent per component, added up by ``with timer.time(component):`` (or into ``timer.seconds``)."""
 
     def __init__(self):
-        self.total = 0.0
-        self._start: float | None = None
+        self.seconds: dict[str, float] = defaultdict(float)
+
+    def time(self, component: str) -> "_Timing":
+        return _Timing(self.seconds, component)
+
+
+class _Timing:
+    def __init__(self, seconds: dict[str, float], component: str):
+        self.seconds, self.component = seconds, component
 
     def __enter__(self):
-        self._start = time.perf_counter()
-        return self
+        self.start = time.perf_counter()
 
     def __exit__(self, *exc):
-        self.last = time.perf_counter() - self._start
-        self.total += self.last
+        self.seconds[self.component] += time.perf_counter() - self.start
         return False

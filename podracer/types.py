@@ -34,6 +34,11 @@ class EnvSpec(NamedTuple):
     observation: jax.ShapeDtypeStruct
     num_actions: int
 
+    @property
+    def images(self) -> bool:
+        """Whether observations are images (``[H, W, C]``): what decides every "auto" network and loop choice."""
+        return len(self.observation.shape) >= 3
+
 
 class BatchShape(NamedTuple):
     """What every learner call of a run will see, known before anything compiles.

@@ -16,7 +16,6 @@ import queue
 import threading
 import time
 import warnings
-from collections import defaultdict
 from typing import Any, Callable, NamedTuple, Sequence
 
 import jax
@@ -26,6 +25,7 @@ from jax.sharding import NamedSharding
 
 from envs.host import EpisodeState, HostEnv, episode_transitions
 from podracer.parallel import put_local_share
+from podracer.runlog import Timer
 from podracer.types import Agent, Trajectory
 from podracer.signals import StopRequested
 from sebulba.params import ParamsStore
@@ -56,28 +56,6 @@ class Rollout(NamedTuple):
     length_sum: float  # summed lengths of those games (agent steps)
     episodes: int
     params_version: int  # the parameter version it acted with
-
-
-class Timer:
-    """Seconds spent per component by one thread; read by the main thread for reports."""
-
-    def __init__(self):
-        self.seconds: dict[str, float] = defaultdict(float)
-
-    def time(self, component: str):
-        return _Timing(self.seconds, component)
-
-
-class _Timing:
-    def __init__(self, seconds, component):
-        self.seconds, self.component = seconds, component
-
-    def __enter__(self):
-        self.start = time.perf_counter()
-
-    def __exit__(self, *exc):
-        self.seconds[self.component] += time.perf_counter() - self.start
-        return False
 
 
 def put_until_stopped(out: queue.Queue, item: Any, stop: threading.Event) -> None:

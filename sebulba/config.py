@@ -9,7 +9,7 @@ from typing import NamedTuple
 
 import jax
 
-from podracer.config import knob
+from podracer.config import knob, require_at_least_one, require_choice
 from podracer.driver import even_windows
 
 SYNC_MODES = ("throughput", "reproducible")
@@ -106,11 +106,9 @@ def default_env_threads(total_actor_threads: int) -> int:
 
 def geometry(config: SebulbaConfig, topo: Topology) -> Geometry:
     """Checks the batch knobs against the devices, with errors that say what to change."""
-    for name in ("actor_threads", "envs_per_thread", "env_batches", "rollout_len", "total_env_steps", "queue_size"):
-        if getattr(config, name) < 1:
-            raise ValueError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(config, name)}")
-    if config.sync not in SYNC_MODES:
-        raise ValueError(f"--sync must be one of {SYNC_MODES}, got {config.sync!r}")
+    require_at_least_one(config, "actor_threads", "envs_per_thread", "env_batches", "rollout_len", "total_env_steps",
+                         "queue_size")
+    require_choice(config, "sync", SYNC_MODES)
     if config.log_interval < 0:
         raise ValueError(f"--log-interval must be 0 (auto) or positive, got {config.log_interval}")
     if config.envs_per_thread % config.env_batches:

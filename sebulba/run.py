@@ -31,10 +31,10 @@ from podracer.parallel import (
     first_local_replica,
     per_device,
 )
-from podracer.runlog import resident_memory_mb
+from podracer.runlog import Timer, resident_memory_mb
 from podracer.signals import StopRequested
 from podracer.types import Agent, BatchShape, EnvSpec, Trajectory
-from sebulba.actor import Actor, ActorShared, Rollout, Timer, make_actor_program
+from sebulba.actor import Actor, ActorShared, Rollout, make_actor_program
 from sebulba.config import Geometry, SebulbaConfig, default_env_threads, geometry, topology
 from sebulba.lifecycle import ThreadGroup
 from sebulba.params import ParamsStore
@@ -78,11 +78,10 @@ def _get_until_stopped(source: queue.Queue, stop: threading.Event, threads: Thre
 
 
 def _timing_report(timings: dict[str, float], wall: float, threads: int) -> str:
-    lines = [f"time per component over {wall:.1f}s of training ({threads} actor thread(s); actor rows sum all threads):"]
+    lines = [f"time per component over {wall:.1f}s of training (actor rows: the mean of {threads} actor thread(s)):"]
     for name in COMPONENTS + LEARNER_COMPONENTS:
         seconds = timings.get(name, 0.0)
-        per_thread = seconds / threads if name in COMPONENTS else seconds
-        lines.append(f"  {name:15s} {seconds:8.2f}s  {100 * per_thread / max(wall, 1e-9):5.1f}% of each thread's time")
+        lines.append(f"  {name:15s} {seconds:8.2f}s  {100 * seconds / max(wall, 1e-9):5.1f}% of the thread's time")
     return "\n".join(lines)
 
 
@@ -274,21 +273,21 @@ class _Sebulba:
                 raise RuntimeError(f"threads did not stop: {stuck}")
         self.threads.raise_failure()
 
+    def timings(self) -> dict[str, float]:
+        """Seconds per component so far: the learner's, and the mean over actor threads of theirs."""
+        actor_means = {name: sum(a.timer.seconds.get(name, 0.0) for a in self.actors) / len(self.actors)
+                       for name in COMPONENTS}
+        return {**self.timer.seconds, **actor_means}
+
     def describe(self, window: StepStats, record: dict) -> dict:
-        actor_means = {f"time_{name}": sum(a.timer.seconds.get(name, 0.0) for a in self.actors) / len(self.actors)
-                       for name in COMPONENTS}  # per actor thread
         return {
             "frames": record["env_steps"] * self.frame_skip,
             "fps": record["sps"] * self.frame_skip,
             "policy_lag": float(window.extras["policy_lag_sum"][0] / window.extras["rollouts"][0]),
             "rss_mb": resident_memory_mb(),
-            **{f"time_{name}": seconds for name, seconds in self.timer.seconds.items()},
-            **actor_means,
+            **{f"time_{name}": seconds for name, seconds in self.timings().items()},
         }
 
     def report(self, seconds: float) -> tuple[dict, str]:
-        timings = dict(self.timer.seconds)
-        for actor in self.actors:
-            for name, value in actor.timer.seconds.items():
-                timings[name] = timings.get(name, 0.0) + value
+        timings = self.timings()
         return timings, _timing_report(timings, seconds, self.geo.actor_threads)
