@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import chex
 import jax
 import jax.numpy as jnp
 
@@ -33,6 +34,8 @@ def vtrace_loss(
       values: ``[T + 1, B]`` current values (``values[T]`` bootstraps).
       traj: the trajectory; ``traj.extras["log_prob"]`` is the behaviour log-probability.
     """
+    chex.assert_rank(logits, 3)
+    chex.assert_equal_shape([logits[..., 0], traj.action, traj.reward, traj.valid])
     log_prob, entropy = actor_critic.log_prob_and_entropy(logits, traj.action)
     rho = jnp.exp(jax.lax.stop_gradient(log_prob) - traj.extras["log_prob"])
     out = vtrace(

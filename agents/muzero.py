@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable, NamedTuple
 
+import chex
 import jax
 import jax.numpy as jnp
 import mctx
@@ -176,6 +177,9 @@ def muzero_loss(policy_logits, value_logits, reward_logits, targets: UnrollTarge
       ``loss = policy + value_coef * value + reward_coef * reward``.
     """
     k = reward_logits.shape[1]
+    chex.assert_rank([policy_logits, value_logits, reward_logits], 3)
+    chex.assert_equal_shape([policy_logits[..., 0], value_logits[..., 0], targets.value, targets.inside])
+    chex.assert_equal_shape([reward_logits[..., 0], targets.reward])
 
     def cross_entropy(target_probs, logits):
         return -jnp.sum(target_probs * jax.nn.log_softmax(logits), axis=-1)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import chex
 import jax
 import jax.numpy as jnp
 
@@ -47,6 +48,8 @@ def ppo_loss(
       action, behaviour_log_prob, behaviour_value, advantage, target: ``[N]``.
       valid: ``[N]`` bool; invalid (auto-reset) transitions contribute nothing.
     """
+    chex.assert_rank(logits, 2)
+    chex.assert_equal_shape([values, action, behaviour_log_prob, behaviour_value, advantage, target, valid])
     log_prob, entropy = actor_critic.log_prob_and_entropy(logits, action)
     if config.normalize_advantages:
         mean, var = global_masked_moments(advantage, valid)

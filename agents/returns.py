@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import chex
 import jax
 import jax.numpy as jnp
 import rlax
@@ -29,6 +30,7 @@ def generalized_advantages(
     (``tests/test_returns.py`` compares them), batched over ``B`` and unrolled:
     ``A[t] = delta[t] + gamma * lambda * discount[t] * continuation[t] * A[t + 1]``.
     """
+    chex.assert_equal_shape([reward, discount, valid, values[1:]])
     deltas = reward + gamma * discount * values[1:] - values[:-1]
     decays = gamma * gae_lambda * discount * trace_continuation(valid)
 
@@ -59,6 +61,7 @@ def vtrace(
       values: ``[T + 1, B]`` state values under the current parameters.
       rho: ``[T, B]`` importance ratios pi(a|x) / mu(a|x).
     """
+    chex.assert_equal_shape([reward, discount, valid, rho, values[1:]])
     per_env = jax.vmap(
         lambda v_tm1, v_t, r_t, d_t, rho_tm1, lam: rlax.vtrace_td_error_and_advantage(
             v_tm1, v_t, r_t, d_t, rho_tm1, lam, clip_rho, clip_pg_rho

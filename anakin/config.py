@@ -48,7 +48,7 @@ def loop_on_device(choice: str, images: bool) -> bool:
     return choice == "device"
 
 
-class Geometry(NamedTuple):
+class AnakinGeometry(NamedTuple):
     """How one update's batch is laid out (per seed)."""
 
     num_devices: int
@@ -76,7 +76,7 @@ def _suggest_multiples(value: int, factor: int) -> str:
     return f"{below} or {above}" if below else str(above)
 
 
-def geometry(config: AnakinConfig, num_devices: int) -> Geometry:
+def geometry(config: AnakinConfig, num_devices: int) -> AnakinGeometry:
     """Checks ``config`` against ``num_devices`` (no compilation), with errors that say what to change."""
     require_at_least_one(config, "num_envs", "rollout_len", "lanes", "num_seeds", "total_env_steps")
     if config.log_interval < 0:
@@ -92,7 +92,7 @@ def geometry(config: AnakinConfig, num_devices: int) -> Geometry:
     num_updates = math.ceil(config.total_env_steps / steps_per_update)
     interval = config.log_interval or max(1, config.total_env_steps // 20)
     updates_per_call = even_windows(num_updates, interval / steps_per_update)
-    return Geometry(
+    return AnakinGeometry(
         num_devices=num_devices,
         lanes=config.lanes,
         envs_per_lane=config.num_envs // replicas,

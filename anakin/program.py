@@ -23,7 +23,7 @@ import jax.numpy as jnp
 from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
-from anakin.config import Geometry
+from anakin.config import AnakinGeometry
 from podracer.driver import StepStats
 from podracer.parallel import (
     DEVICE_AXIS,
@@ -51,7 +51,7 @@ class Anakin(NamedTuple):
     init: Callable[[int], RunnerState]  # seed -> global RunnerState
     # (state, num updates) -> (state, per-seed sums over the updates); with loop_on_device False, exactly one.
     run: Callable[[RunnerState, jax.Array], tuple[RunnerState, StepStats]]
-    geometry: Geometry
+    geometry: AnakinGeometry
     mesh: Mesh
     loop_on_device: bool
 
@@ -107,7 +107,7 @@ def _add_update(stats: StepStats, i, metrics, sums) -> StepStats:
                      stats.length_sum + length, stats.episodes + count, first, {})
 
 
-def make_anakin(agent: Agent, env, geometry: Geometry, mesh: Mesh, loop_on_device: bool = True) -> Anakin:
+def make_anakin(agent: Agent, env, geometry: AnakinGeometry, mesh: Mesh, loop_on_device: bool = True) -> Anakin:
     """Builds the Anakin program for ``agent`` on the auto-resetting jittable ``env``.
 
     ``mesh`` comes from :func:`anakin_mesh` for ``geometry.lanes``; see

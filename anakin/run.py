@@ -18,7 +18,7 @@ from agents import make_agent
 from anakin.config import AnakinConfig, geometry, loop_on_device
 from anakin.program import anakin_mesh, make_anakin
 from podracer.checkpoint import CheckpointConfig
-from podracer.checkpoint import fingerprint as settings_fingerprint
+from podracer.checkpoint import settings_fingerprint
 from podracer.driver import Program, RunOptions, RunResult, drive, no_report, nothing_in_the_background
 from podracer.parallel import fetch_replicated
 from podracer.types import Agent, BatchShape
@@ -57,8 +57,8 @@ def train(
     return train_agent(agent, env, config, run_dir, quiet, about, checkpoint, resume)
 
 
-def fingerprint(about: dict, config: AnakinConfig, num_devices: int) -> dict:
-    """What decides an Anakin run's numbers (see :func:`podracer.checkpoint.fingerprint`)."""
+def anakin_fingerprint(about: dict, config: AnakinConfig, num_devices: int) -> dict:
+    """What decides an Anakin run's numbers (see :func:`podracer.checkpoint.settings_fingerprint`)."""
     return settings_fingerprint({**about, "anakin": dataclasses.asdict(config), "num_devices": num_devices})
 
 
@@ -112,7 +112,7 @@ def anakin_program(agent: Agent, env, config: AnakinConfig, about: dict) -> Prog
     return Program(
         banner=banner,
         config=run_config,
-        fingerprint=fingerprint(about, config, len(devices)),
+        fingerprint=anakin_fingerprint(about, config, len(devices)),
         num_updates=geo.num_updates,
         updates_per_window=geo.updates_per_call,
         updates_per_step=geo.updates_per_call if on_device else 1,

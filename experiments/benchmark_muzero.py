@@ -1,6 +1,6 @@
 """MuZero throughput: search simulations/s over batch sizes and simulation counts, and Sebulba end to end.
 
-    python experiments/benchmark_muzero.py           # appends to docs/benchmarks.md
+    python experiments/benchmark_muzero.py           # rewrites its section of docs/benchmarks.md
     python experiments/benchmark_muzero.py --quick
 
 The search runs jitted on one device (the first); simulations/s = batch x

@@ -1,6 +1,6 @@
 """Sebulba throughput: raw envpool, actors alone, and full training over actor batches and device splits.
 
-    python experiments/benchmark_sebulba.py            # everything; appends to docs/benchmarks.md
+    python experiments/benchmark_sebulba.py            # everything; rewrites its section of docs/benchmarks.md
     python experiments/benchmark_sebulba.py --quick    # fewer configurations
 
 Each measurement runs in a fresh process with as many simulated CPU devices as

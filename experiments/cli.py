@@ -82,17 +82,32 @@ def _default_run_dir(architecture: str, agent: str, env: str) -> str:
     return f"runs/{architecture}-{agent}-{env_name}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
+def _add_start_flags(parser: argparse.ArgumentParser, arch: Architecture, preset: str,
+                     agent: str | None) -> None:
+    """The flags that must be read before the others exist: the preset and agent (which decide the other
+    flags and their defaults), a resumed run's directory, and what starts JAX (devices, processes)."""
+    parser.add_argument("--preset", choices=sorted(arch.presets), default=preset,
+                        help=f"settings to start from (default: {arch.default_preset})")
+    parser.add_argument("--agent", choices=sorted(AGENTS), default=agent,
+                        help="learning algorithm; its flags are listed below (default: %(default)s)")
+    parser.add_argument("--cpu-devices", type=int, default=0, metavar="N",
+                        help="split the host CPU into N devices, to try multi-device runs without accelerators")
+    parser.add_argument("--resume", default=None, metavar="DIR",
+                        help="continue the run in DIR from its newest checkpoint, with its saved settings "
+                        "(flags that change them are refused)")
+    group = parser.add_argument_group("multi-process (started automatically on TPU VM slices and under Slurm)")
+    group.add_argument("--coordinator", default=None, metavar="HOST:PORT",
+                       help="address of process 0, which serves the coordinator")
+    group.add_argument("--num-processes", type=int, default=None, help="processes in the run (one per host)")
+    group.add_argument("--process-id", type=int, default=None, help="this process's index, 0..N-1")
+    group.add_argument("--coordinator-timeout", type=float, default=300.0, metavar="S",
+                       help="seconds to wait for the coordinator and the other processes (default: 300)")
+
+
 def _early_flags(arch: Architecture, argv: list[str]) -> argparse.Namespace:
     """Reads the flags that decide which other flags exist (and their defaults)."""
     early = argparse.ArgumentParser(add_help=False)
-    early.add_argument("--preset", choices=sorted(arch.presets), default=arch.default_preset)
-    early.add_argument("--agent", choices=sorted(AGENTS))
-    early.add_argument("--cpu-devices", type=int, default=0)
-    early.add_argument("--resume", default=None)
-    early.add_argument("--coordinator", default=None)
-    early.add_argument("--num-processes", type=int, default=None)
-    early.add_argument("--process-id", type=int, default=None)
-    early.add_argument("--coordinator-timeout", type=float, default=300.0)
+    _add_start_flags(early, arch, arch.default_preset, None)
     return early.parse_known_args(argv)[0]
 
 
@@ -128,27 +143,12 @@ def build_parser(arch: Architecture, preset_name: str, agent_name: str | None,
         description=arch.description,
         epilog="Batch sizes are global and checked before compiling. Run 'podracer presets' for the presets.",
     )
-    parser.add_argument("--preset", choices=sorted(arch.presets), default=preset_name,
-                        help=f"settings to start from (default: {arch.default_preset})")
-    parser.add_argument("--agent", choices=sorted(AGENTS), default=agent_name,
-                        help="learning algorithm; its flags are listed below (default: %(default)s)")
+    _add_start_flags(parser, arch, preset_name, agent_name)
     parser.add_argument("--env", default=preset["env"], help=f"{arch.env_help} (default: %(default)s)")
     parser.add_argument("--logdir", default=None,
                         help="run directory for config.json, metrics.jsonl and TensorBoard events "
                         f"(default: runs/{arch.name}-<agent>-<env>-<time>)")
     parser.add_argument("--quiet", action="store_true", help="print nothing but errors and the RESULT line")
-    parser.add_argument("--cpu-devices", type=int, default=0, metavar="N",
-                        help="split the host CPU into N devices, to try multi-device runs without accelerators")
-    parser.add_argument("--resume", default=None, metavar="DIR",
-                        help="continue the run in DIR from its newest checkpoint, with its saved settings "
-                        "(flags that change them are refused)")
-    group = parser.add_argument_group("multi-process (started automatically on TPU VM slices and under Slurm)")
-    group.add_argument("--coordinator", default=None, metavar="HOST:PORT",
-                       help="address of process 0, which serves the coordinator")
-    group.add_argument("--num-processes", type=int, default=None, help="processes in the run (one per host)")
-    group.add_argument("--process-id", type=int, default=None, help="this process's index, 0..N-1")
-    group.add_argument("--coordinator-timeout", type=float, default=300.0, metavar="S",
-                       help="seconds to wait for the coordinator and the other processes (default: 300)")
     for title, cls in arch.config_groups:
         add_flags(parser.add_argument_group(title), cls, defaults.get(title, {}))
     agent_defaults = defaults["agent_config"] if agent_name == preset["agent"] else {}

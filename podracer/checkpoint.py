@@ -39,7 +39,7 @@ class CheckpointConfig:
 LOGGING_KNOBS = ("log_interval",)  # change what is logged, not what is learnt
 
 
-def fingerprint(settings: dict) -> dict:
+def settings_fingerprint(settings: dict) -> dict:
     """``settings`` as JSON, without logging knobs at any depth: what a resume must match."""
 
     def strip(value):

@@ -53,7 +53,7 @@ class Program(NamedTuple):
     Attributes:
       banner: the run's first message (what runs where).
       config: what goes into ``config.json``.
-      fingerprint: what a resume must match (see :func:`podracer.checkpoint.fingerprint`).
+      fingerprint: what a resume must match (see :func:`podracer.checkpoint.settings_fingerprint`).
       num_updates, updates_per_window, updates_per_step: the run's length, the
         updates per log record, and the most updates one step may take.
       steps_per_update: env steps per update (per seed); ``frame_skip`` turns them into frames.

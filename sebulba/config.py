@@ -42,7 +42,7 @@ class Topology(NamedTuple):
     global_learner_devices: tuple[jax.Device, ...]  # every process's, at the same local indices, in process order
 
 
-class Geometry(NamedTuple):
+class SebulbaGeometry(NamedTuple):
     """How one learner update's batch is laid out."""
 
     actor_threads: int  # in total, over this host's actor devices
@@ -104,7 +104,7 @@ def default_env_threads(total_actor_threads: int) -> int:
     return max(1, (os.cpu_count() or 1) // total_actor_threads)
 
 
-def geometry(config: SebulbaConfig, topo: Topology) -> Geometry:
+def geometry(config: SebulbaConfig, topo: Topology) -> SebulbaGeometry:
     """Checks the batch knobs against the devices, with errors that say what to change."""
     require_at_least_one(config, "actor_threads", "envs_per_thread", "env_batches", "rollout_len", "total_env_steps",
                          "queue_size")
@@ -127,7 +127,7 @@ def geometry(config: SebulbaConfig, topo: Topology) -> Geometry:
     steps_per_update = processes * threads * config.envs_per_thread * config.rollout_len
     num_updates = math.ceil(config.total_env_steps / steps_per_update)
     interval = config.log_interval or max(1, config.total_env_steps // 20)
-    return Geometry(
+    return SebulbaGeometry(
         actor_threads=threads,
         envs_per_thread=config.envs_per_thread,
         env_batches=config.env_batches,

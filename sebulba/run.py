@@ -21,7 +21,7 @@ from jax.sharding import NamedSharding
 from agents import make_agent
 from envs.host import HostEnv, HostEnvConfig
 from podracer.checkpoint import CheckpointConfig, latest_update
-from podracer.checkpoint import fingerprint as settings_fingerprint
+from podracer.checkpoint import settings_fingerprint
 from podracer.driver import Program, RunOptions, RunResult, StepStats, drive
 from podracer.parallel import (
     TRAJECTORY_SPEC,
@@ -35,7 +35,7 @@ from podracer.runlog import Timer, resident_memory_mb
 from podracer.signals import StopRequested
 from podracer.types import Agent, BatchShape, EnvSpec, Trajectory
 from sebulba.actor import Actor, ActorShared, Rollout, make_actor_program
-from sebulba.config import Geometry, SebulbaConfig, default_env_threads, geometry, topology
+from sebulba.config import SebulbaGeometry, SebulbaConfig, default_env_threads, geometry, topology
 from sebulba.lifecycle import ThreadGroup
 from sebulba.params import ParamsStore
 
@@ -46,7 +46,7 @@ LEARNER_COMPONENTS = ("learner_wait", "learner_update", "params_publish")
 SebulbaResult = RunResult  # state: the learner state, one copy per learner device (podracer.parallel.per_device)
 
 
-def trajectory_shapes(agent: Agent, spec: EnvSpec, params, geo: Geometry, sharding) -> Trajectory:
+def trajectory_shapes(agent: Agent, spec: EnvSpec, params, geo: SebulbaGeometry, sharding) -> Trajectory:
     """The abstract shape of one actor thread's trajectory, for compiling the learner before any env runs."""
     t, b = geo.rollout_len, geo.envs_per_thread * geo.processes  # every host's share together
     obs = jax.ShapeDtypeStruct((b, *spec.observation.shape), spec.observation.dtype)
@@ -151,7 +151,7 @@ def train_agent(
                 env.close()
 
 
-def _host_envs(env_id, config: SebulbaConfig, env_config: HostEnvConfig, geo: Geometry, first_update: int):
+def _host_envs(env_id, config: SebulbaConfig, env_config: HostEnvConfig, geo: SebulbaGeometry, first_update: int):
     """Per actor thread, its envpool batches; every environment of every host and resumed segment has its own seed."""
     env_threads = env_config.env_threads or default_env_threads(geo.actor_threads)
     per_batch = geo.envs_per_thread // geo.env_batches
@@ -163,8 +163,8 @@ def _host_envs(env_id, config: SebulbaConfig, env_config: HostEnvConfig, geo: Ge
     ]
 
 
-def fingerprint(about: dict, config: SebulbaConfig, env_config: HostEnvConfig, num_learners: int) -> dict:
-    """What decides a Sebulba run's numbers (see :func:`podracer.checkpoint.fingerprint`)."""
+def sebulba_fingerprint(about: dict, config: SebulbaConfig, env_config: HostEnvConfig, num_learners: int) -> dict:
+    """What decides a Sebulba run's numbers (see :func:`podracer.checkpoint.settings_fingerprint`)."""
     return settings_fingerprint({
         **about, "sebulba": dataclasses.asdict(config), "host_env": dataclasses.asdict(env_config),
         "num_learners": num_learners,
@@ -189,7 +189,7 @@ class _Sebulba:
     """The learner side of a run: the main thread takes one trajectory from every actor thread (in thread
     order), runs ``Agent.learn`` data-parallel over the learner devices and publishes the new parameters."""
 
-    def __init__(self, agent: Agent, about: dict, config: SebulbaConfig, env_config: HostEnvConfig, topo, geo: Geometry,
+    def __init__(self, agent: Agent, about: dict, config: SebulbaConfig, env_config: HostEnvConfig, topo, geo: SebulbaGeometry,
                  host_envs):
         self.agent, self.about, self.config, self.env_config = agent, about, config, env_config
         self.topo, self.geo, self.host_envs = topo, geo, host_envs
@@ -223,7 +223,7 @@ class _Sebulba:
         }
         return Program(
             banner=banner, config=run_config,
-            fingerprint=fingerprint(self.about, config, self.env_config, geo.num_learners * geo.processes),
+            fingerprint=sebulba_fingerprint(self.about, config, self.env_config, geo.num_learners * geo.processes),
             num_updates=geo.num_updates, updates_per_window=geo.updates_per_log, updates_per_step=1,
             steps_per_update=geo.steps_per_update, frame_skip=self.frame_skip, seed=config.seed, num_seeds=1,
             init=self.init, compile=self.compile, running=self.running, describe=self.describe, report=self.report,

@@ -13,7 +13,7 @@ import pytest
 
 from agents import PPOConfig
 from anakin import AnakinConfig, train
-from anakin.run import fingerprint
+from anakin.run import anakin_fingerprint
 from experiments.presets import ANAKIN_PRESETS
 from podracer.checkpoint import restore
 
@@ -52,7 +52,7 @@ def test_two_processes_end_with_the_parameters_of_one_process_with_eight_devices
     agent_config = PPOConfig(**PRESET["agent_config"])
     single = train("ppo", agent_config, "catch", config, quiet=True)
     about = {"agent": "ppo", "env": "catch", "agent_config": dataclasses.asdict(agent_config)}
-    state, counters = restore(run_dir, single.state, fingerprint(about, config, 8))
+    state, counters = restore(run_dir, single.state, anakin_fingerprint(about, config, 8))
     assert counters["update"] == single.records[-1]["update"]
     params = jax.tree.map(lambda x: np.asarray(x.addressable_data(0)), (state.learner.params, single.state.learner.params))
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6), *params)

@@ -3,6 +3,7 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 import rlax
 
 from agents.returns import generalized_advantages, trace_continuation, vtrace
@@ -103,3 +104,9 @@ def test_vtrace_equals_rlax_without_cuts():
         )
         np.testing.assert_allclose(out.errors[:, b], ref.errors, rtol=1e-5, atol=1e-6)
         np.testing.assert_allclose(out.pg_advantage[:, b], ref.pg_advantage, rtol=1e-5, atol=1e-6)
+
+
+def test_mismatched_shapes_are_refused_at_the_boundary():
+    step = jnp.ones((5, 3))
+    with pytest.raises(AssertionError):  # values must be [T + 1, B]: one more step than the rewards
+        generalized_advantages(step, step, step > 0, jnp.ones((5, 3)), 0.99, 0.95)

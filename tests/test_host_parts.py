@@ -1,0 +1,131 @@
+"""The host-side parts on their own: the parameter store, the thread group, the run log's resume, minibatches."""
+
+import json
+import threading
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from agents.sgd import shuffled_minibatches
+from podracer.runlog import METRICS_FILE, RunLog
+from podracer.signals import StopRequested
+from sebulba import lifecycle
+from sebulba.lifecycle import ThreadGroup, WorkerFailed
+from sebulba.params import KEEP_VERSIONS, ParamsStore
+
+
+def _in_thread(fn):
+    """Starts ``fn`` in a thread; returns the thread and a dict that receives its result or exception."""
+    out = {}
+
+    def target():
+        try:
+            out["value"] = fn()
+        except BaseException as error:  # noqa: BLE001 - handed to the test
+            out["error"] = error
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    return thread, out
+
+
+def test_params_store_copies_each_version_to_every_actor_device():
+    devices = jax.devices()[:2]
+    store = ParamsStore(devices, threading.Event())
+    params = {"w": jax.device_put(jnp.arange(3.0), devices[0])}
+    store.publish(0, params)
+    for device in devices:
+        version, copy = store.newest(device)
+        assert version == 0 and copy["w"].devices() == {device}
+        np.testing.assert_array_equal(copy["w"], [0.0, 1.0, 2.0])
+    # a copy, never the learner's own buffer (the learner donates its state)
+    assert store.newest(devices[0])[1]["w"].unsafe_buffer_pointer() != params["w"].unsafe_buffer_pointer()
+
+
+def test_params_store_waits_for_a_version_and_drops_old_ones():
+    device = jax.devices()[0]
+    store = ParamsStore([device], threading.Event())
+    thread, out = _in_thread(lambda: store.exactly(2, device))
+    for version in range(3):
+        time.sleep(0.05)
+        assert "value" not in out  # still waiting for version 2
+        store.publish(version, jnp.float32(version))
+    thread.join(timeout=5)
+    assert float(out["value"]) == 2.0
+    for version in range(3, 3 + KEEP_VERSIONS):
+        store.publish(version, jnp.float32(version))
+    with pytest.raises(RuntimeError, match="parameter version 2 was dropped"):
+        store.exactly(2, device)
+    assert float(store.exactly(2 + KEEP_VERSIONS, device)) == 2.0 + KEEP_VERSIONS
+
+
+def test_params_store_waits_end_when_the_run_stops():
+    stop = threading.Event()
+    store = ParamsStore([jax.devices()[0]], stop)
+    thread, out = _in_thread(lambda: store.newest(jax.devices()[0]))
+    stop.set()
+    thread.join(timeout=5)
+    assert isinstance(out.get("error"), StopRequested)
+
+
+def test_thread_group_stops_the_run_on_a_failure_and_reraises_it():
+    stop = threading.Event()
+    group = ThreadGroup(stop)
+    group.start("worker a", lambda: stop.wait(5))
+    group.start("worker b", lambda: 1 / 0)
+    assert stop.wait(5)  # the failure stopped the run
+    with pytest.raises(WorkerFailed, match="worker b failed: ZeroDivisionError") as failure:
+        group.raise_failure()
+    assert isinstance(failure.value.__cause__, ZeroDivisionError)
+    assert group.join() == []
+
+
+def test_thread_group_names_threads_that_do_not_stop(monkeypatch):
+    monkeypatch.setattr(lifecycle, "JOIN_TIMEOUT_S", 0.1)
+    release = threading.Event()
+    group = ThreadGroup(threading.Event())
+    group.start("stuck", lambda: release.wait(10))  # ignores the stop event
+    group.start("polite", lambda: group.stop.wait(10))
+    assert group.join() == ["stuck"]
+    group.raise_failure()  # nothing failed
+    release.set()
+
+
+def test_run_log_resume_drops_the_records_after_the_checkpoint(tmp_path):
+    run_dir = str(tmp_path)
+    log = RunLog(run_dir, {"a": 1}, total_env_steps=50, quiet=True)
+    for update in range(1, 6):
+        log.write({"update": update, "env_steps": 10 * update, "loss": float(update)})
+    log.close()
+    with pytest.raises(FileExistsError, match="already holds a run"):
+        RunLog(run_dir, {"a": 1}, total_env_steps=50, quiet=True)
+    resumed = RunLog(run_dir, {"a": 2}, total_env_steps=50, quiet=True, resume_update=3)
+    assert [r["update"] for r in resumed.records] == [1, 2, 3]
+    resumed.write({"update": 4, "env_steps": 40, "loss": 40.0})
+    resumed.close()
+    lines = [json.loads(line) for line in open(tmp_path / METRICS_FILE)]
+    assert [(r["update"], r["loss"]) for r in lines] == [(1, 1.0), (2, 2.0), (3, 3.0), (4, 40.0)]
+    assert json.load(open(tmp_path / "config.json")) == {"a": 1}  # the run's settings are kept
+
+
+def test_shuffled_minibatches_visit_every_sample_once_per_epoch_in_a_new_order():
+    n, epochs, minibatches = 12, 3, 4
+    batch = {"index": jnp.arange(n), "twice": 2 * jnp.arange(n)}
+
+    def step(count, minibatch):
+        return count + 1, minibatch
+
+    count, seen = jax.jit(lambda key: shuffled_minibatches(step, 0, batch, key, epochs, minibatches))(
+        jax.random.key(0))
+    np.testing.assert_array_equal(seen["twice"], 2 * seen["index"])  # the fields stay aligned
+    seen = seen["index"]
+    assert int(count) == epochs * minibatches and seen.shape == (epochs * minibatches, n // minibatches)
+    orders = np.asarray(seen).reshape(epochs, n)
+    for order in orders:
+        assert sorted(order.tolist()) == list(range(n))
+    assert len({tuple(order) for order in orders}) == epochs  # each epoch shuffles anew
+    with pytest.raises(ValueError, match="5 minibatches do not divide a batch of 12"):
+        shuffled_minibatches(step, 0, batch, jax.random.key(0), 1, 5)
