@@ -23,12 +23,10 @@ def _search(env_id: str, batch: int, simulations: int, calls: int) -> dict:
     import jax
 
     from agents import MuZeroConfig, make_muzero
-    from envs.host import HostEnv
     from podracer.types import BatchShape
+    from sebulba import env_spec
 
-    env = HostEnv(env_id, 1, seed=0)
-    spec = env.spec
-    env.close()
+    spec = env_spec(env_id)
     config = MuZeroConfig(num_simulations=simulations, max_considered_actions=min(16, spec.num_actions))
     agent = make_muzero(config, spec, BatchShape(1, 1, 1))
     params = agent.init(jax.random.key(0)).params

@@ -1,4 +1,5 @@
-"""podracer's shared core: the Agent/Trajectory contracts, data parallelism, configuration, run logs."""
+"""podracer's shared core: the Agent/Trajectory contracts, data parallelism, configuration, run logs,
+checkpoints and the host driver both architectures run on (:mod:`podracer.driver`)."""
 
 from podracer.parallel import DATA_AXES, DEVICE_AXIS, LANE_AXIS, masked_mean, mean_over_replicas, single_replica
 from podracer.types import Agent, EnvSpec, EpisodeStats, Trajectory
