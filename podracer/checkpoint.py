@@ -68,6 +68,11 @@ class Checkpointer:
         self.manager = _manager(run_dir, config.checkpoint_keep) if run_dir is not None else None
         self.last_update, self.last_time = start_update, time.monotonic()  # a resumed run keeps its schedule
 
+    def updates_until_due(self, update: int) -> int | float:
+        """Updates from ``update`` to the next checkpoint by ``--checkpoint-every`` (inf without one)."""
+        every = self.config.checkpoint_every
+        return max(1, every - (update - self.last_update)) if every > 0 else float("inf")
+
     def due(self, update: int) -> bool:
         every, minutes = self.config.checkpoint_every, self.config.checkpoint_minutes
         by_updates = every > 0 and update - self.last_update >= every

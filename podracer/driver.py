@@ -148,6 +148,29 @@ def _check_finite(stats: StepStats, done: int, seed: int) -> None:
         )
 
 
+STEP_SECONDS = 1.0  # what one step (one compiled Anakin call) should take: a stop waits for at most one
+
+
+class Pace:
+    """How many updates the next step takes: as many as fit in :data:`STEP_SECONDS`, at most ``most``.
+
+    A stop (a signal, a preemption notice) is honoured between steps, so bounding
+    a step's wall time bounds how long a stop waits, whatever the log interval.
+    The first step takes one update; later ones follow the measured time per update.
+    """
+
+    def __init__(self, most: int, seconds: float = STEP_SECONDS):
+        self.most, self.seconds, self.per_update = most, seconds, None
+
+    def updates(self) -> int:
+        if self.per_update is None:
+            return 1
+        return max(1, min(self.most, int(self.seconds / max(self.per_update, 1e-9))))
+
+    def took(self, updates: int, seconds: float) -> None:
+        self.per_update = seconds / updates
+
+
 def _add(window: StepStats | None, stats: StepStats) -> StepStats:
     return stats if window is None else jax.tree.map(np.add, window, stats)
 
@@ -159,6 +182,7 @@ class _Run:
         self.program, self.log, self.clock, self.done = program, log, clock, first_update
         self.resumed_seconds = self.seconds
         self.checkpointer = Checkpointer(options.run_dir, program.fingerprint, options.checkpoint, first_update)
+        self.pace = Pace(program.updates_per_step)
 
     @property
     def seconds(self) -> float:
@@ -191,21 +215,23 @@ class _Run:
             if stopping:
                 program.interrupt.set()
                 break
-            n = min(program.updates_per_step, program.num_updates - self.done)
+            n = min(self.pace.updates(), program.num_updates - self.done,
+                    program.updates_per_window - window_updates, self.checkpointer.updates_until_due(self.done))
             try:
                 with self.clock.time(TRAINING):
                     state, stats = step(state, self.done, n)
             except StopRequested:  # interrupted while waiting: nothing was learnt
                 stopping = True
                 break
+            self.pace.took(n, self.clock.last(TRAINING))
             _check_finite(stats, self.done, program.seed)
             self.done += n
             window, window_updates = _add(window, stats), window_updates + n
             if window_updates >= program.updates_per_window or self.done == program.num_updates:
                 self.write(window, window_updates, self.seconds - window_start)
                 window, window_updates, window_start = None, 0, self.seconds
-                if self.checkpointer.due(self.done):
-                    self.save(state)
+            if self.checkpointer.due(self.done):
+                self.save(state)
         if window is not None:  # stopped mid-window: log it, so the metrics reach the checkpoint without a gap
             self.write(window, window_updates, self.seconds - window_start)
         return state, stopping

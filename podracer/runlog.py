@@ -167,18 +167,24 @@ class Timer:
 
     def __init__(self):
         self.seconds: dict[str, float] = defaultdict(float)
+        self.latest: dict[str, float] = {}  # the last timing of each component
 
     def time(self, component: str) -> "_Timing":
-        return _Timing(self.seconds, component)
+        return _Timing(self, component)
+
+    def last(self, component: str) -> float:
+        return self.latest[component]
 
 
 class _Timing:
-    def __init__(self, seconds: dict[str, float], component: str):
-        self.seconds, self.component = seconds, component
+    def __init__(self, timer: Timer, component: str):
+        self.timer, self.component = timer, component
 
     def __enter__(self):
         self.start = time.perf_counter()
 
     def __exit__(self, *exc):
-        self.seconds[self.component] += time.perf_counter() - self.start
+        seconds = time.perf_counter() - self.start
+        self.timer.seconds[self.component] += seconds
+        self.timer.latest[self.component] = seconds
         return False

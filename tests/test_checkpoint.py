@@ -72,6 +72,37 @@ def test_sigterm_then_resume_gives_the_uninterrupted_parameters_and_gapless_metr
 
 
 @pytest.mark.slow
+def test_sigterm_stops_a_long_run_within_seconds_with_a_checkpoint(tmp_path):
+    """A 100M-step run logs every 5M steps (~1 minute here); a stop must not wait for the log window."""
+    run_dir = str(tmp_path / "long")
+    proc = subprocess.Popen(_cli("--total-env-steps", "100000000", "--num-devices", "1", "--logdir", run_dir),
+                            cwd=ROOT, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    for line in proc.stderr:
+        if line.startswith("compiled in"):
+            break
+    time.sleep(3.0)  # a few calls into the first log window
+    proc.send_signal(signal.SIGTERM)
+    signalled = time.monotonic()
+    proc.stderr.read()
+    assert proc.wait(timeout=60) == 143
+    assert time.monotonic() - signalled < 5.0  # checkpoint written
+    records = [json.loads(line) for line in open(os.path.join(run_dir, "metrics.jsonl"))]
+    (checkpoint,) = glob.glob(os.path.join(run_dir, "checkpoints", "[0-9]*"))
+    assert records and records[-1]["update"] == int(os.path.basename(checkpoint)) < 195_313  # mid-run
+    assert records[-1]["env_steps"] < 5_000_000  # inside the first 5M-step log window
+
+
+def test_checkpoint_every_n_updates_means_every_n_updates(tmp_path):
+    run_dir = str(tmp_path / "every")
+    code = main(["anakin", "--preset", "catch_ppo", "--num-devices", "1", "--total-env-steps", "20480",
+                 "--log-interval", "20480", "--checkpoint-every", "3", "--checkpoint-keep", "100", "--quiet",
+                 "--logdir", run_dir])
+    assert code == 0
+    kept = sorted(int(os.path.basename(p)) for p in glob.glob(os.path.join(run_dir, "checkpoints", "[0-9]*")))
+    assert kept == [3, 6, 9, 12, 15, 18, 20]  # 20 updates in one log window; the last at the end
+
+
+@pytest.mark.slow
 def test_resume_refuses_another_configuration_and_another_format(tmp_path, capsys):
     run_dir = str(tmp_path / "run")
     small = ["--preset", "catch_ppo", "--num-devices", "1", "--total-env-steps", "4096", "--quiet"]
