@@ -13,6 +13,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
+import sys
 import time
 from typing import Any
 
@@ -23,10 +25,15 @@ from podracer.distributed import any_process
 
 FORMAT_VERSION = 1
 CHECKPOINT_DIR = "checkpoints"
+DAMAGED_DIR = "damaged_checkpoints"  # where resume moves checkpoints that do not restore
 
 
 class IncompatibleCheckpoint(ValueError):
     """A checkpoint that this version or this configuration cannot resume."""
+
+
+class CheckpointUnreadable(ValueError):
+    """No checkpoint of a run could be read back."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,35 +122,82 @@ def _differences(saved: dict, current: dict, prefix: str = "") -> list[str]:
     return out
 
 
-def restore(run_dir: str, like: Any, fingerprint: dict) -> tuple[Any, dict]:
-    """The newest checkpoint's ``(state, counters)``; ``like`` is a state of the right structure and shardings.
+def _brief(error: BaseException) -> str:
+    """One line about ``error`` (orbax's own messages run to many lines)."""
+    first = (str(error).strip().splitlines() or [""])[0]
+    return f"{type(error).__name__}: {first[:200]}"
 
-    Raises :class:`IncompatibleCheckpoint` for another format version or a
-    fingerprint that differs (naming the differences), FileNotFoundError when
-    there is no checkpoint.
+
+def _remove_partial_saves(directory: str) -> None:
+    """Deletes the temporary folders of saves that never finished (a process killed while saving)."""
+    if jax.process_index() != 0 or not os.path.isdir(directory):
+        return
+    for name in os.listdir(directory):
+        if ".orbax-checkpoint-tmp" in name:
+            shutil.rmtree(os.path.join(directory, name), ignore_errors=True)
+
+
+def _set_aside(run_dir: str, steps: list[int]) -> None:
+    """Moves damaged checkpoints out of the way, so the resumed run can save those updates anew."""
+    aside = os.path.join(run_dir, DAMAGED_DIR)
+    os.makedirs(aside, exist_ok=True)
+    for step in steps:
+        target = os.path.join(aside, f"{step}-{time.strftime('%Y%m%d-%H%M%S')}")
+        shutil.move(os.path.join(run_dir, CHECKPOINT_DIR, str(step)), target)
+
+
+def _check_compatible(meta: dict, step: int, run_dir: str, fingerprint: dict) -> None:
+    version = meta.get("format_version")
+    if version != FORMAT_VERSION:
+        raise IncompatibleCheckpoint(
+            f"the checkpoint at update {step} has format version {version}; this podracer reads version "
+            f"{FORMAT_VERSION}: resume it with the podracer version that wrote it"
+        )
+    differences = _differences(meta["fingerprint"], fingerprint)
+    if differences:
+        raise IncompatibleCheckpoint(
+            f"{run_dir} was run with a different configuration; resume it unchanged or start a new run:\n  "
+            + "\n  ".join(differences)
+        )
+
+
+def restore(run_dir: str, like: Any, fingerprint: dict) -> tuple[Any, dict]:
+    """The newest checkpoint that restores: ``(state, counters)``; ``like`` is a state of the right structure
+    and shardings.
+
+    A checkpoint that cannot be read (a damaged file, a missing one) is skipped,
+    with a warning that names it and why, for the one before it; folders of
+    saves that never finished are deleted first. Raises
+    :class:`IncompatibleCheckpoint` for another format version or a fingerprint
+    that differs (naming the differences), FileNotFoundError when no checkpoint
+    is there, and :class:`CheckpointUnreadable` when none of them restores.
     """
     import orbax.checkpoint as ocp
 
+    directory = os.path.abspath(os.path.join(run_dir, CHECKPOINT_DIR))
+    _remove_partial_saves(directory)
     manager = _manager(run_dir)
     try:
-        step = manager.latest_step()
-        if step is None:
-            raise FileNotFoundError(f"{os.path.join(run_dir, CHECKPOINT_DIR)} holds no checkpoint to resume from")
-        meta = manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore())).meta
-        version = meta.get("format_version")
-        if version != FORMAT_VERSION:
-            raise IncompatibleCheckpoint(
-                f"the checkpoint at update {step} has format version {version}; this podracer reads version "
-                f"{FORMAT_VERSION}: resume it with the podracer version that wrote it"
-            )
-        differences = _differences(meta["fingerprint"], fingerprint)
-        if differences:
-            raise IncompatibleCheckpoint(
-                f"{run_dir} was run with a different configuration; resume it unchanged or start a new run:\n  "
-                + "\n  ".join(differences)
-            )
+        steps = sorted(manager.all_steps(), reverse=True)
+        if not steps:
+            raise FileNotFoundError(f"{directory} holds no checkpoint to resume from")
         abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, like)
-        state = manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract))).state
-        return state, meta["counters"]
+        skipped = []
+        for step in steps:
+            try:
+                meta = manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore())).meta
+                _check_compatible(meta, step, run_dir, fingerprint)
+                state = manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract))).state
+            except IncompatibleCheckpoint:
+                raise
+            except Exception as error:  # noqa: BLE001 - whatever orbax raises for a damaged checkpoint
+                skipped.append(f"update {step} ({_brief(error)})")
+                continue
+            if skipped and jax.process_index() == 0:
+                _set_aside(run_dir, [s for s in steps if s > step])
+                print(f"warning: skipped the checkpoint(s) that did not restore: {'; '.join(skipped)}; "
+                      f"resuming from update {step} (the damaged ones are in {DAMAGED_DIR}/)", file=sys.stderr)
+            return state, meta["counters"]
+        raise CheckpointUnreadable(f"no checkpoint in {directory} restores: {'; '.join(skipped)}")
     finally:
         manager.close()

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import json
 import os
 
-from podracer.runlog import METRICS_FILE
+from podracer.runlog import METRICS_FILE, read_records
 
 
 def read_metrics(run_dir: str) -> list[dict]:
@@ -13,8 +12,7 @@ def read_metrics(run_dir: str) -> list[dict]:
     path = os.path.join(run_dir, METRICS_FILE)
     if not os.path.exists(path):
         raise FileNotFoundError(f"{run_dir} has no {METRICS_FILE}: is it a podracer run directory?")
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
+    return read_records(path)
 
 
 def plot_runs(run_dirs: list[str], out: str, metric: str = "episode_return") -> str:

@@ -34,6 +34,26 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
+def read_records(path: str) -> list[dict]:
+    """The records of a ``metrics.jsonl``.
+
+    A torn last line (what a crash, a kill or a full disk leaves) is dropped with a
+    warning on stderr; a bad line before the last is an error naming the file and line.
+    """
+    with open(path) as f:
+        lines = [(number, line) for number, line in enumerate(f.read().split("\n"), 1) if line.strip()]
+    records = []
+    for number, line in lines:
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError as error:
+            if number != lines[-1][0]:
+                raise ValueError(f"{path}: line {number} is not a JSON record ({error})") from None
+            print(f"warning: {path}: dropped its torn last line {number} (the run stopped while writing it)",
+                  file=sys.stderr)
+    return records
+
+
 def _fmt(value: Any, digits: int = 4) -> str:
     if value is None:
         return "-"
@@ -96,8 +116,7 @@ class RunLog:
                 json.dump(_jsonable(config), f, indent=2, sort_keys=True)
         else:
             if os.path.exists(metrics_path):
-                with open(metrics_path) as f:
-                    self.records = [r for r in map(json.loads, f) if r["update"] <= resume_update]
+                self.records = [r for r in read_records(metrics_path) if r["update"] <= resume_update]
             with open(metrics_path, "w") as f:
                 f.writelines(json.dumps(r) + "\n" for r in self.records)
             purge_step = self.records[-1]["env_steps"] + 1 if self.records else 0

@@ -102,6 +102,29 @@ def test_checkpoint_every_n_updates_means_every_n_updates(tmp_path):
     assert kept == [3, 6, 9, 12, 15, 18, 20]  # 20 updates in one log window; the last at the end
 
 
+@pytest.mark.parametrize("damage", ["truncate a state file", "delete the state metadata"])
+def test_resume_falls_back_to_the_newest_checkpoint_that_restores(tmp_path, capsys, damage):
+    run_dir = str(tmp_path / "run")
+    flags = ["anakin", "--preset", "catch_ppo", "--num-devices", "1", "--total-env-steps", "12288",
+             "--log-interval", "2048", "--checkpoint-every", "6", "--quiet"]
+    assert main([*flags, "--logdir", run_dir]) == 0  # 12 updates: checkpoints at 6 and 12
+    newest = os.path.join(run_dir, "checkpoints", "12", "state")
+    if damage == "truncate a state file":
+        for path in glob.glob(os.path.join(newest, "**", "d", "*"), recursive=True):
+            open(path, "wb").close()
+    else:
+        os.remove(os.path.join(newest, "_METADATA"))
+    os.makedirs(os.path.join(run_dir, "checkpoints", "12.orbax-checkpoint-tmp-99"))  # a save a kill cut short
+    capsys.readouterr()
+    assert main(["anakin", "--resume", run_dir, "--quiet"]) == 0
+    err = capsys.readouterr().err
+    assert "skipped the checkpoint(s) that did not restore: update 12 (" in err and "resuming from update 6" in err
+    records = [json.loads(line) for line in open(os.path.join(run_dir, "metrics.jsonl"))]
+    assert [r["update"] for r in records] == [2, 4, 6, 8, 10, 12]  # redone from 6: no gaps, no duplicates
+    assert sorted(os.listdir(os.path.join(run_dir, "checkpoints"))) == ["12", "6"]  # 12 saved anew
+    assert len(os.listdir(os.path.join(run_dir, "damaged_checkpoints"))) == 1
+
+
 @pytest.mark.slow
 def test_resume_refuses_another_configuration_and_another_format(tmp_path, capsys):
     run_dir = str(tmp_path / "run")

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from agents.sgd import shuffled_minibatches
-from podracer.runlog import METRICS_FILE, RunLog
+from podracer.runlog import METRICS_FILE, RunLog, read_records
 from podracer.signals import StopRequested
 from sebulba import lifecycle
 from sebulba.lifecycle import ThreadGroup, WorkerFailed
@@ -129,3 +129,21 @@ def test_shuffled_minibatches_visit_every_sample_once_per_epoch_in_a_new_order()
     assert len({tuple(order) for order in orders}) == epochs  # each epoch shuffles anew
     with pytest.raises(ValueError, match="5 minibatches do not divide a batch of 12"):
         shuffled_minibatches(step, 0, batch, jax.random.key(0), 1, 5)
+
+
+def test_a_torn_last_metrics_line_is_dropped_with_a_warning(tmp_path, capsys):
+    run_dir = str(tmp_path)
+    log = RunLog(run_dir, {}, total_env_steps=30, quiet=True)
+    for update in (1, 2, 3):
+        log.write({"update": update, "env_steps": 10 * update})
+    log.close()
+    path = tmp_path / METRICS_FILE
+    path.write_text(path.read_text() + '{"update": 4, "env_st')  # what a kill mid-write leaves
+    assert [r["update"] for r in read_records(str(path))] == [1, 2, 3]
+    assert "dropped its torn last line 4" in capsys.readouterr().err
+    resumed = RunLog(run_dir, {}, total_env_steps=30, quiet=True, resume_update=3)
+    resumed.close()
+    assert [json.loads(line)["update"] for line in open(path)] == [1, 2, 3]  # the file is whole again
+    path.write_text('{"update": 1}\nnot json\n{"update": 3}\n')
+    with pytest.raises(ValueError, match=r"metrics.jsonl: line 2 is not a JSON record"):
+        read_records(str(path))
