@@ -43,7 +43,7 @@ def prefer_synchronous_cpu_dispatch() -> None:
 
     if not xla_bridge.backends_are_initialized():
         jax.config.update("jax_cpu_enable_async_dispatch", False)
-    elif jax.config.jax_cpu_enable_async_dispatch and jax.default_backend() == "cpu":
+    elif jax.config.read("jax_cpu_enable_async_dispatch") and jax.default_backend() == "cpu":
         warnings.warn("JAX started before sebulba was imported, so CPU inference keeps asynchronous dispatch "
                       "(~45 us more per call); import sebulba first for the faster actors", stacklevel=3)
 

@@ -37,6 +37,16 @@ def test_device_and_batch_errors_come_before_anything_starts():
         geometry(SebulbaConfig(sync="fast"), topology(SebulbaConfig()))
 
 
+def test_importing_sebulba_sets_synchronous_cpu_dispatch_or_says_why_it_cannot():
+    code = "import jax; {}import sebulba; print(jax.config.read('jax_cpu_enable_async_dispatch'))"
+    first = subprocess.run([sys.executable, "-c", code.format("")], capture_output=True, text=True, timeout=120)
+    assert first.returncode == 0 and first.stdout.split() == ["False"], first.stderr[-2000:]
+    late = subprocess.run([sys.executable, "-c", code.format("jax.numpy.zeros(1); ")], capture_output=True,
+                          text=True, timeout=120)  # a notebook that ran JAX before importing sebulba
+    assert late.returncode == 0 and late.stdout.split() == ["True"], late.stderr[-2000:]
+    assert "JAX started before sebulba was imported" in late.stderr
+
+
 def test_default_split_puts_actors_on_device_0_and_learners_on_the_rest():
     topo = topology(SebulbaConfig())
     assert topo.actor_devices == (jax.local_devices()[0],)
