@@ -94,7 +94,13 @@ def _add_start_flags(parser: argparse.ArgumentParser, arch: Architecture, preset
                         help="split the host CPU into N devices, to try multi-device runs without accelerators")
     parser.add_argument("--resume", default=None, metavar="DIR",
                         help="continue the run in DIR from its newest checkpoint, with its saved settings "
-                        "(flags that change them are refused)")
+                        "(flags that change them are refused); from scratch if it holds no checkpoint yet")
+    parser.add_argument("--logdir", default=None,
+                        help="run directory for config.json, metrics.jsonl, TensorBoard events and checkpoints "
+                        f"(default: runs/{arch.name}-<agent>-<env>-<time>)")
+    parser.add_argument("--resume-or-start", action="store_true",
+                        help="with --logdir DIR: continue the run in DIR if there is one, else start it there "
+                        "(one command to retry on a preemptible VM)")
     group = parser.add_argument_group("multi-process (started automatically on TPU VM slices and under Slurm)")
     group.add_argument("--coordinator", default=None, metavar="HOST:PORT",
                        help="address of process 0, which serves the coordinator")
@@ -145,9 +151,6 @@ def build_parser(arch: Architecture, preset_name: str, agent_name: str | None,
     )
     _add_start_flags(parser, arch, preset_name, agent_name)
     parser.add_argument("--env", default=preset["env"], help=f"{arch.env_help} (default: %(default)s)")
-    parser.add_argument("--logdir", default=None,
-                        help="run directory for config.json, metrics.jsonl and TensorBoard events "
-                        f"(default: runs/{arch.name}-<agent>-<env>-<time>)")
     parser.add_argument("--quiet", action="store_true", help="print nothing but errors and the RESULT line")
     for title, cls in arch.config_groups:
         add_flags(parser.add_argument_group(title), cls, defaults.get(title, {}))
@@ -199,6 +202,16 @@ SIGNAL_EXIT_CODES = {"SIGINT": 130, "SIGTERM": 143}
 TRAINERS: dict[str, Callable] = {"anakin": _train_anakin, "sebulba": _train_sebulba}
 
 
+def _resume_or_start(early: argparse.Namespace) -> None:
+    """``--logdir DIR --resume-or-start``: resume DIR if it holds a run's settings (sets ``early.resume``)."""
+    if not early.resume_or_start:
+        return
+    if early.resume is not None or early.logdir is None:
+        raise ValueError("--resume-or-start goes with --logdir DIR (and without --resume)")
+    if os.path.exists(os.path.join(early.logdir, CONFIG_FILE)):
+        early.resume = early.logdir
+
+
 def run_architecture(arch: Architecture, argv: list[str]) -> int:
     early = _early_flags(arch, argv)
     import jax  # the settings below must precede anything that starts JAX's backends
@@ -209,12 +222,14 @@ def run_architecture(arch: Architecture, argv: list[str]) -> int:
         from podracer.distributed import initialize
 
         initialize(early.coordinator, early.num_processes, early.process_id, early.coordinator_timeout)
+        _resume_or_start(early)
         resumed = _resumed_defaults(early.resume) if early.resume else None
     except (ValueError, FileNotFoundError, CoordinatorUnreachable) as error:
         print(f"podracer {arch.name}: error: {error}", file=sys.stderr)
         return 2
     parser = build_parser(arch, early.preset, early.agent, resumed)
     args = parser.parse_args(argv)
+    args.resume = early.resume
     if resumed is not None and args.logdir not in (None, args.resume):
         print(f"podracer {arch.name}: error: --resume continues in its own directory; drop --logdir",
               file=sys.stderr)
@@ -303,7 +318,11 @@ def main(argv: list[str] | None = None) -> int:
         if not known:
             print(f"\npodracer: error: unknown command {argv[0]!r}", file=sys.stderr)
         return 0 if known else 2
-    return COMMANDS[argv[0]](argv[1:])
+    try:
+        return COMMANDS[argv[0]](argv[1:])
+    except KeyboardInterrupt:  # before a run caught its signals (a run stops cleanly on its own)
+        print(f"podracer {argv[0]}: interrupted", file=sys.stderr)
+        return SIGNAL_EXIT_CODES["SIGINT"]
 
 
 if __name__ == "__main__":

@@ -161,16 +161,16 @@ def _check_compatible(meta: dict, step: int, run_dir: str, fingerprint: dict) ->
         )
 
 
-def restore(run_dir: str, like: Any, fingerprint: dict) -> tuple[Any, dict]:
-    """The newest checkpoint that restores: ``(state, counters)``; ``like`` is a state of the right structure
-    and shardings.
+def restore(run_dir: str, like: Any, fingerprint: dict) -> tuple[Any, dict] | None:
+    """The newest checkpoint that restores: ``(state, counters)``, or None when there is none yet; ``like``
+    is a state of the right structure and shardings.
 
     A checkpoint that cannot be read (a damaged file, a missing one) is skipped,
     with a warning that names it and why, for the one before it; folders of
     saves that never finished are deleted first. Raises
     :class:`IncompatibleCheckpoint` for another format version or a fingerprint
-    that differs (naming the differences), FileNotFoundError when no checkpoint
-    is there, and :class:`CheckpointUnreadable` when none of them restores.
+    that differs (naming the differences) and :class:`CheckpointUnreadable` when
+    none of the checkpoints there restores.
     """
     import orbax.checkpoint as ocp
 
@@ -180,7 +180,7 @@ def restore(run_dir: str, like: Any, fingerprint: dict) -> tuple[Any, dict]:
     try:
         steps = sorted(manager.all_steps(), reverse=True)
         if not steps:
-            raise FileNotFoundError(f"{directory} holds no checkpoint to resume from")
+            return None
         abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, like)
         skipped = []
         for step in steps:

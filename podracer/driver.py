@@ -238,38 +238,48 @@ class _Run:
 
 
 def drive(program: Program, options: RunOptions = RunOptions()) -> RunResult:
-    """Runs ``program`` from a fresh state, or from its newest checkpoint with ``options.resume``."""
+    """Runs ``program`` from a fresh state, or from its newest checkpoint with ``options.resume``.
+
+    SIGINT and SIGTERM are caught from the first moment: a signal while restoring
+    or compiling stops the run before its first update, with a checkpoint, as
+    one during training does. Resuming a run that holds no checkpoint yet (it
+    was stopped before its first) starts it from scratch with its settings.
+    """
     if options.resume and options.run_dir is None:
         raise ValueError("resuming needs the run directory that holds the checkpoints")
-    state, first_update, clock = program.init(), 0, Timer()
-    if options.resume:
-        state, counters = restore(options.run_dir, state, program.fingerprint)
-        first_update, clock.seconds[TRAINING] = counters["update"], counters["time"]
-    logging_process = jax.process_index() == 0
-    log = RunLog(options.run_dir if logging_process else None, program.config,
-                 program.num_updates * program.steps_per_update, options.quiet or not logging_process,
-                 resume_update=first_update if options.resume else None)
-    run = _Run(program, options, log, first_update, clock)
     requested, caught = threading.Event(), []
     if jax.process_count() == 1:
         requested = program.interrupt  # alone, a signal interrupts waits at once; else the processes agree first
-    try:
-        log.message(program.banner)
-        if options.resume:
-            log.message(f"resumed from the checkpoint at update {first_update} "
-                        f"({first_update * program.steps_per_update:,} env steps)")
-        start = time.perf_counter()
-        step = program.compile(state)
-        compile_seconds = time.perf_counter() - start
-        log.message(f"compiled in {compile_seconds:.1f}s")
-        with stop_on_signals(requested, caught), program.running(state, first_update):
-            state, stopping = run.loop(state, step, requested)
-        run.save(state)
-        return _finish(run, state, compile_seconds, caught if stopping else None)
-    finally:
-        program.interrupt.set()
-        run.checkpointer.close()
-        log.close()
+    with stop_on_signals(requested, caught):
+        state, first_update, clock = program.init(), 0, Timer()
+        restored = restore(options.run_dir, state, program.fingerprint) if options.resume else None
+        if restored is not None:
+            state, counters = restored
+            first_update, clock.seconds[TRAINING] = counters["update"], counters["time"]
+        logging_process = jax.process_index() == 0
+        log = RunLog(options.run_dir if logging_process else None, program.config,
+                     program.num_updates * program.steps_per_update, options.quiet or not logging_process,
+                     resume_update=first_update if options.resume else None)
+        run = _Run(program, options, log, first_update, clock)
+        try:
+            log.message(program.banner)
+            if restored is not None:
+                log.message(f"resumed from the checkpoint at update {first_update} "
+                            f"({first_update * program.steps_per_update:,} env steps)")
+            elif options.resume:
+                log.message(f"{options.run_dir} holds no checkpoint yet: starting it from scratch with its settings")
+            start = time.perf_counter()
+            step = program.compile(state)
+            compile_seconds = time.perf_counter() - start
+            log.message(f"compiled in {compile_seconds:.1f}s")
+            with program.running(state, first_update):
+                state, stopping = run.loop(state, step, requested)
+            run.save(state)
+            return _finish(run, state, compile_seconds, caught if stopping else None)
+        finally:
+            program.interrupt.set()
+            run.checkpointer.close()
+            log.close()
 
 
 def _finish(run: _Run, state, compile_seconds: float, caught: list[str] | None) -> RunResult:

@@ -18,6 +18,8 @@ from typing import Any, TextIO
 
 import numpy as np
 
+from podracer.checkpoint import CHECKPOINT_DIR
+
 CONFIG_FILE = "config.json"
 METRICS_FILE = "metrics.jsonl"
 
@@ -32,6 +34,19 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, np.integer):
         return int(value)
     return value
+
+
+def run_started(run_dir: str) -> bool:
+    """Whether ``run_dir`` holds a run that got somewhere: a record in its metrics or a checkpoint.
+
+    A directory that a start left with only ``config.json`` (stopped, killed or
+    refused before its first record) is not started: the same command may reuse it.
+    """
+    metrics_path = os.path.join(run_dir, METRICS_FILE)
+    if os.path.exists(metrics_path) and any(line.strip() for line in open(metrics_path)):
+        return True
+    checkpoints = os.path.join(run_dir, CHECKPOINT_DIR)
+    return os.path.isdir(checkpoints) and any(name.isdigit() for name in os.listdir(checkpoints))
 
 
 def read_records(path: str) -> list[dict]:
@@ -85,7 +100,10 @@ class RunLog:
       resume_update: continue the run in ``run_dir`` from a checkpoint at this
         update: records after it (logged before the run stopped) are dropped
         from ``metrics.jsonl`` and TensorBoard, so the metrics have no gaps or
-        duplicates; ``config.json`` is kept.
+        duplicates. ``config.json`` is rewritten: a resume checks that what
+        decides the numbers is unchanged (see :mod:`podracer.checkpoint`), and
+        the file then says what the latest segment ran with (devices, versions,
+        logging knobs).
     """
 
     def __init__(
@@ -109,11 +127,13 @@ class RunLog:
         os.makedirs(run_dir, exist_ok=True)
         metrics_path = os.path.join(run_dir, METRICS_FILE)
         purge_step = None
+        if resume_update is None and run_started(run_dir):
+            raise FileExistsError(f"{run_dir} already holds a run; continue it with --resume {run_dir}, "
+                                  "or choose another --logdir")
+        with open(os.path.join(run_dir, CONFIG_FILE), "w") as f:  # what this segment runs with
+            json.dump(_jsonable(config), f, indent=2, sort_keys=True)
         if resume_update is None:
-            if os.path.exists(metrics_path):
-                raise FileExistsError(f"{run_dir} already holds a run ({METRICS_FILE}); choose another --logdir")
-            with open(os.path.join(run_dir, CONFIG_FILE), "w") as f:
-                json.dump(_jsonable(config), f, indent=2, sort_keys=True)
+            open(metrics_path, "w").close()  # a start that was stopped before its first record is started anew
         else:
             if os.path.exists(metrics_path):
                 self.records = [r for r in read_records(metrics_path) if r["update"] <= resume_update]

@@ -126,6 +126,44 @@ def test_resume_falls_back_to_the_newest_checkpoint_that_restores(tmp_path, caps
 
 
 @pytest.mark.slow
+def test_a_stop_while_compiling_leaves_a_run_that_resumes(tmp_path):
+    run_dir = str(tmp_path / "early")
+    proc = subprocess.Popen(_cli("--preset", "catch_ppo", "--num-devices", "1", "--total-env-steps", "8192",
+                                 "--logdir", run_dir), cwd=ROOT, stderr=subprocess.PIPE, stdout=subprocess.PIPE,
+                            text=True)
+    for line in proc.stderr:
+        if line.startswith("anakin:"):  # the banner: compilation starts now
+            proc.send_signal(signal.SIGTERM)
+            break
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143, err[-2000:]
+    assert "stopped_by=SIGTERM" in out and "Traceback" not in err
+    assert os.path.isdir(os.path.join(run_dir, "checkpoints", "0"))  # the initial state
+    resumed = subprocess.run(_cli("--resume", run_dir, "--quiet"), cwd=ROOT, capture_output=True, text=True,
+                             timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert [json.loads(line)["update"] for line in open(os.path.join(run_dir, "metrics.jsonl"))][-1] == 8
+
+
+def test_a_start_that_never_got_going_is_reused_and_resume_or_start_retries(tmp_path, capsys):
+    run_dir = str(tmp_path / "run")
+    bad = ["anakin", "--preset", "catch_ppo", "--num-devices", "1", "--num-envs", "4", "--rollout-len", "10",
+           "--num-minibatches", "3", "--total-env-steps", "2000", "--quiet", "--logdir", run_dir]
+    assert main(bad) == 2  # found while compiling, after the run directory was made
+    assert "--num-minibatches 3" in capsys.readouterr().err
+    good = [*bad[:10], "2", *bad[11:]]
+    assert main(good) == 0  # the same directory, reused: it held no record or checkpoint
+    assert main(good) == 2 and "already holds a run; continue it with --resume" in capsys.readouterr().err
+    retry = [*good, "--resume-or-start"]
+    assert main(retry) == 0  # the run exists: continued (here: already at its end)
+    fresh = [*good[:-1], str(tmp_path / "fresh"), "--resume-or-start"]
+    assert main(fresh) == 0  # no run there: started
+    assert [json.loads(line)["update"] for line in open(tmp_path / "fresh" / "metrics.jsonl")][-1] == 50
+    assert main(["anakin", "--resume-or-start", "--quiet"]) == 2
+    assert "--resume-or-start goes with --logdir DIR" in capsys.readouterr().err
+
+
+@pytest.mark.slow
 def test_resume_refuses_another_configuration_and_another_format(tmp_path, capsys):
     run_dir = str(tmp_path / "run")
     small = ["--preset", "catch_ppo", "--num-devices", "1", "--total-env-steps", "4096", "--quiet"]

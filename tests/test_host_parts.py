@@ -108,7 +108,7 @@ def test_run_log_resume_drops_the_records_after_the_checkpoint(tmp_path):
     resumed.close()
     lines = [json.loads(line) for line in open(tmp_path / METRICS_FILE)]
     assert [(r["update"], r["loss"]) for r in lines] == [(1, 1.0), (2, 2.0), (3, 3.0), (4, 40.0)]
-    assert json.load(open(tmp_path / "config.json")) == {"a": 1}  # the run's settings are kept
+    assert json.load(open(tmp_path / "config.json")) == {"a": 2}  # what the latest segment runs with
 
 
 def test_shuffled_minibatches_visit_every_sample_once_per_epoch_in_a_new_order():
