@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import optax
 
 from agents.networks import TORSOS, ActorCritic, make_torso, resolve_torso
-from podracer.config import flag_name, knob
+from podracer.config import check_knobs, flag_name, knob
 from podracer.parallel import mean_over_replicas
 from podracer.types import EnvSpec, Params
 
@@ -37,6 +37,7 @@ class LearnerState(NamedTuple):
 
 
 def _ensure_positive(config: ActorCriticConfig) -> None:
+    check_knobs(config)
     for name in ("learning_rate", "max_grad_norm"):
         if getattr(config, name) <= 0:
             raise ValueError(f"{flag_name(name)} must be positive, got {getattr(config, name)}")

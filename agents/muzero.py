@@ -28,7 +28,7 @@ import rlax
 from agents.muzero_networks import MuZeroMLP, MuZeroResNet
 from agents.sgd import resolve_unroll
 from agents.replay import Replay, can_sample, replay_add, replay_init, replay_sample, update_priorities
-from podracer.config import knob, require_at_least_one, require_choice
+from podracer.config import check_knobs, flag_name, knob
 from podracer.parallel import masked_mean, mean_over_replicas, replica_count, replica_index
 from podracer.types import Agent, BatchShape, EnvSpec, Params, Trajectory
 
@@ -42,31 +42,31 @@ class MuZeroConfig:
     weight_decay: float = knob(1e-4, "decoupled weight decay (AdamW)")
     max_grad_norm: float = knob(5.0, "clip gradients to this global norm")
     gamma: float = knob(0.99, "discount factor")
-    search: str = knob("gumbel", f"one of {SEARCHES}: Gumbel MuZero, or classic MuZero with Dirichlet noise")
-    num_simulations: int = knob(16, "search simulations per step")
-    max_considered_actions: int = knob(16, "Gumbel search: actions sampled at the root")
+    search: str = knob("gumbel", f"one of {SEARCHES}: Gumbel MuZero, or classic MuZero with Dirichlet noise", choices=SEARCHES)
+    num_simulations: int = knob(16, "search simulations per step", minimum=1)
+    max_considered_actions: int = knob(16, "Gumbel search: actions sampled at the root", minimum=1)
     dirichlet_alpha: float = knob(0.3, "classic search: Dirichlet noise concentration at the root")
     dirichlet_fraction: float = knob(0.25, "classic search: weight of the root noise")
     temperature: float = knob(1.0, "classic search: temperature of the visit-count policy")
-    unroll_steps: int = knob(5, "K: model unroll steps per sampled window")
-    td_steps: int = knob(10, "n: steps of the n-step value targets")
+    unroll_steps: int = knob(5, "K: model unroll steps per sampled window", minimum=1)
+    td_steps: int = knob(10, "n: steps of the n-step value targets", minimum=1)
     support_max: float = knob(10.0, "value/reward support is [-max, max] after the signed hyperbolic transform")
-    support_bins: int = knob(41, "bins of the value/reward support")
-    batch_size: int = knob(128, "sampled windows per gradient step, over all replicas")
+    support_bins: int = knob(41, "bins of the value/reward support", minimum=2)
+    batch_size: int = knob(128, "sampled windows per gradient step, over all replicas", minimum=1)
     replay_ratio: float = knob(1.0, "sampled windows per new environment step (sets the gradient steps per call)")
-    replay_capacity: int = knob(2000, "replay steps kept per environment (each replica keeps its own envs)")
-    min_replay_steps: int = knob(0, "steps per environment stored before learning starts (0: one window)")
+    replay_capacity: int = knob(2000, "replay steps kept per environment (each replica keeps its own envs)", minimum=1)
+    min_replay_steps: int = knob(0, "steps per environment stored before learning starts (0: one window)", minimum=0)
     prioritized: bool = knob(False, "sample windows in proportion to |value error| ** priority_alpha")
     priority_alpha: float = knob(1.0, "prioritised replay exponent")
     priority_beta: float = knob(1.0, "importance-weight exponent")
-    target_update: str = knob("ema", f"one of {TARGET_UPDATES}: how the target network follows the online one")
-    target_period: int = knob(100, "periodic target: gradient steps between copies")
+    target_update: str = knob("ema", f"one of {TARGET_UPDATES}: how the target network follows the online one", choices=TARGET_UPDATES)
+    target_period: int = knob(100, "periodic target: gradient steps between copies", minimum=1)
     target_ema: float = knob(0.01, "EMA target: step size towards the online parameters")
     value_coef: float = knob(0.25, "weight of the value loss")
     reward_coef: float = knob(1.0, "weight of the reward loss")
     hidden_gradient_scale: float = knob(0.5, "gradient scale on the hidden state entering the dynamics")
     torso: str = knob("auto", "mlp, resnet, or auto (mlp for vectors, resnet for images)")
-    embedding_size: int = knob(64, "MLP: hidden-state size")
+    embedding_size: int = knob(64, "MLP: hidden-state size", minimum=1)
     hidden_sizes: tuple[int, ...] = knob((64, 64), "MLP: layer sizes of each function")
     resnet_channels: tuple[int, ...] = knob((32, 64), "ResNet: channels of its two stages (the paper: 128 256)")
 
@@ -91,10 +91,10 @@ class MuZeroAgent(NamedTuple):
 
 
 def _check(config: MuZeroConfig) -> None:
-    require_choice(config, "search", SEARCHES)
-    require_choice(config, "target_update", TARGET_UPDATES)
-    require_at_least_one(config, "num_simulations", "unroll_steps", "td_steps", "batch_size", "support_bins",
-                         "replay_capacity")
+    check_knobs(config)
+    for name in ("learning_rate", "max_grad_norm", "support_max"):
+        if getattr(config, name) <= 0:
+            raise ValueError(f"{flag_name(name)} must be positive, got {getattr(config, name)}")
 
 
 def value_transform(config: MuZeroConfig) -> rlax.TxPair:

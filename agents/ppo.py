@@ -13,7 +13,7 @@ from agents.actor_critic import ActorCriticConfig, LearnerState
 from agents.networks import ActorCritic
 from agents.returns import generalized_advantages
 from agents.sgd import UNROLL_CHOICES, resolve_unroll, shuffled_minibatches
-from podracer.config import knob, require_at_least_one
+from podracer.config import check_knobs, knob
 from podracer.parallel import global_masked_moments, masked_mean
 from podracer.types import Agent, BatchShape, EnvSpec, Trajectory
 
@@ -22,11 +22,11 @@ from podracer.types import Agent, BatchShape, EnvSpec, Trajectory
 class PPOConfig(ActorCriticConfig):
     gae_lambda: float = knob(0.95, "GAE lambda")
     clip_eps: float = knob(0.2, "PPO ratio clipping epsilon")
-    num_epochs: int = knob(4, "passes over each batch")
-    num_minibatches: int = knob(4, "minibatches per pass; each spans every device")
+    num_epochs: int = knob(4, "passes over each batch", minimum=1)
+    num_minibatches: int = knob(4, "minibatches per pass; each spans every device", minimum=1)
     clip_value: bool = knob(True, "clip the value loss around the behaviour values")
     normalize_advantages: bool = knob(True, "normalise advantages per minibatch (over all devices)")
-    minibatch_loop: str = knob("auto", f"one of {UNROLL_CHOICES}: how the minibatch loop is compiled")
+    minibatch_loop: str = knob("auto", f"one of {UNROLL_CHOICES}: how the minibatch loop is compiled", choices=UNROLL_CHOICES)
 
 
 def ppo_loss(
@@ -77,7 +77,7 @@ def ppo_loss(
 
 def make_ppo(config: PPOConfig, spec: EnvSpec, shape: BatchShape = BatchShape()) -> Agent:
     """A PPO :class:`Agent` for ``spec``; ``shape.num_updates`` sets the length of LR annealing."""
-    require_at_least_one(config, "num_epochs", "num_minibatches")
+    check_knobs(config)
     steps = shape.num_updates * config.num_epochs * config.num_minibatches if shape.num_updates else None
     parts = actor_critic.build(config, spec, steps)
     network = parts.network

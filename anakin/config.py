@@ -8,30 +8,32 @@ from typing import NamedTuple
 
 import jax
 
-from podracer.config import knob, require_at_least_one
+from podracer.config import check_knobs, knob
 from podracer.driver import even_windows
+
+
+UPDATE_LOOPS = ("auto", "device", "host")
 
 
 @dataclasses.dataclass(frozen=True)
 class AnakinConfig:
-    num_envs: int = knob(64, "environments per seed in total, split evenly over devices x lanes")
-    rollout_len: int = knob(128, "environment steps per environment between two updates")
-    lanes: int = knob(1, "update lanes per device: vmapped learner replicas whose gradients are averaged")
-    num_seeds: int = knob(1, "independent agents trained together in one program (seeds seed..seed+N-1)")
-    total_env_steps: int = knob(500_000, "environment steps to train for, per seed (rounded up to whole updates)")
+    num_envs: int = knob(64, "environments per seed in total, split evenly over devices x lanes", minimum=1)
+    rollout_len: int = knob(128, "environment steps per environment between two updates", minimum=1)
+    lanes: int = knob(1, "update lanes per device: vmapped learner replicas whose gradients are averaged", minimum=1)
+    num_seeds: int = knob(1, "independent agents trained together in one program (seeds seed..seed+N-1)", minimum=1)
+    total_env_steps: int = knob(500_000, "environment steps to train for, per seed (rounded up to whole updates)", minimum=1)
     seed: int = knob(0, "random seed")
-    num_devices: int = knob(0, "devices to run on; 0 means every device of every process")
+    num_devices: int = knob(0, "devices to run on; 0 means every device of every process", minimum=0)
     log_interval: int = knob(
         0, "environment steps between log lines, evened out so that every line covers as many updates; "
-        "0 means about 20 lines per run")
+        "0 means about 20 lines per run", minimum=0)
     update_loop: str = knob(
         "auto",
         "device: many updates per compiled call (a loop on the device); host: one update per call; "
         "auto: host for image observations on CPU, where conv gradients inside a device loop are ~8x slower",
+        choices=UPDATE_LOOPS,
     )
 
-
-UPDATE_LOOPS = ("auto", "device", "host")
 
 
 def loop_on_device(choice: str, images: bool) -> bool:
@@ -78,9 +80,7 @@ def _suggest_multiples(value: int, factor: int) -> str:
 
 def geometry(config: AnakinConfig, num_devices: int) -> AnakinGeometry:
     """Checks ``config`` against ``num_devices`` (no compilation), with errors that say what to change."""
-    require_at_least_one(config, "num_envs", "rollout_len", "lanes", "num_seeds", "total_env_steps")
-    if config.log_interval < 0:
-        raise ValueError(f"--log-interval must be 0 (auto) or positive, got {config.log_interval}")
+    check_knobs(config)
     replicas = num_devices * config.lanes
     if config.num_envs % replicas:
         raise ValueError(

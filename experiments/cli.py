@@ -82,6 +82,13 @@ def _default_run_dir(architecture: str, agent: str, env: str) -> str:
     return f"runs/{architecture}-{agent}-{env_name}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
+def _at_least_one(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
 def _add_start_flags(parser: argparse.ArgumentParser, arch: Architecture, preset: str,
                      agent: str | None) -> None:
     """The flags that must be read before the others exist: the preset and agent (which decide the other
@@ -90,7 +97,7 @@ def _add_start_flags(parser: argparse.ArgumentParser, arch: Architecture, preset
                         help=f"settings to start from (default: {arch.default_preset})")
     parser.add_argument("--agent", choices=sorted(AGENTS), default=agent,
                         help="learning algorithm; its flags are listed below (default: %(default)s)")
-    parser.add_argument("--cpu-devices", type=int, default=0, metavar="N",
+    parser.add_argument("--cpu-devices", type=_at_least_one, default=None, metavar="N",
                         help="split the host CPU into N devices, to try multi-device runs without accelerators")
     parser.add_argument("--resume", default=None, metavar="DIR",
                         help="continue the run in DIR from its newest checkpoint, with its saved settings "

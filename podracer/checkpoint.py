@@ -20,7 +20,7 @@ from typing import Any
 
 import jax
 
-from podracer.config import knob
+from podracer.config import check_knobs, knob
 from podracer.distributed import any_process
 
 FORMAT_VERSION = 1
@@ -38,9 +38,9 @@ class CheckpointUnreadable(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class CheckpointConfig:
-    checkpoint_every: int = knob(0, "updates between checkpoints (0: only on a stop signal and at the end)")
-    checkpoint_minutes: float = knob(0.0, "also checkpoint when this many minutes passed since the last (0: off)")
-    checkpoint_keep: int = knob(3, "checkpoints kept (the oldest are deleted)")
+    checkpoint_every: int = knob(0, "updates between checkpoints (0: only on a stop signal and at the end)", minimum=0)
+    checkpoint_minutes: float = knob(0.0, "also checkpoint when this many minutes passed since the last (0: off)", minimum=0)
+    checkpoint_keep: int = knob(3, "checkpoints kept (the oldest are deleted)", minimum=1)
 
 
 LOGGING_KNOBS = ("log_interval",)  # change what is logged, not what is learnt
@@ -69,8 +69,7 @@ class Checkpointer:
 
     def __init__(self, run_dir: str | None, fingerprint: dict, config: CheckpointConfig = CheckpointConfig(),
                  start_update: int = 0):
-        if config.checkpoint_every < 0 or config.checkpoint_minutes < 0 or config.checkpoint_keep < 1:
-            raise ValueError("--checkpoint-every and --checkpoint-minutes must be >= 0, --checkpoint-keep >= 1")
+        check_knobs(config)
         self.config, self.fingerprint = config, fingerprint
         self.manager = _manager(run_dir, config.checkpoint_keep) if run_dir is not None else None
         self.last_update, self.last_time = start_update, time.monotonic()  # a resumed run keeps its schedule

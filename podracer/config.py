@@ -11,17 +11,39 @@ from __future__ import annotations
 import argparse
 import copy
 import dataclasses
+import math
 import typing
 from typing import Any, TypeVar
 
 T = TypeVar("T")
 
 
-def knob(default: Any, help: str) -> Any:
-    """A dataclass field with a default and the help text its flag shows."""
+def knob(default: Any, help: str, *, minimum: float | None = None, choices: tuple[str, ...] | None = None) -> Any:
+    """A dataclass field with a default, the help text its flag shows, and its bounds (see :func:`check_knobs`)."""
     if isinstance(default, (list, dict)):
         raise TypeError("knob defaults must be immutable; use a tuple")
-    return dataclasses.field(default=default, metadata={"help": help})
+    return dataclasses.field(default=default, metadata={"help": help, "minimum": minimum, "choices": choices})
+
+
+def check_knobs(config: Any) -> None:
+    """Raises ValueError, naming the flag, for the first field of dataclass ``config`` out of bounds.
+
+    Every float must be finite; a field with a ``minimum`` must reach it; sizes
+    in a tuple (layer widths, channels) must be at least 1; a field with
+    ``choices`` must be one of them. Called where a config is consumed, so bad
+    input is refused before anything compiles, from the command line or a notebook.
+    """
+    for field in dataclasses.fields(config):
+        value, flag = getattr(config, field.name), flag_name(field.name)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(f"{flag} must be a finite number, got {value}")
+        minimum, choices = field.metadata.get("minimum"), field.metadata.get("choices")
+        if minimum is not None and value < minimum:
+            raise ValueError(f"{flag} must be at least {minimum}, got {value}")
+        if isinstance(value, tuple) and not all(isinstance(v, int) and v >= 1 for v in value):
+            raise ValueError(f"{flag} takes sizes of at least 1, got {' '.join(map(str, value)) or 'none'}")
+        if choices is not None and value not in choices:
+            raise ValueError(f"{flag} must be one of {choices}, got {value!r}")
 
 
 def flag_name(field_name: str) -> str:
@@ -49,13 +71,15 @@ def add_flags(parser: argparse.ArgumentParser | argparse._ArgumentGroup, cls: ty
 
 
 def from_flags(cls: type[T], namespace: argparse.Namespace) -> T:
-    """Builds dataclass ``cls`` from the flags :func:`add_flags` added."""
+    """Builds dataclass ``cls`` from the flags :func:`add_flags` added, checked with :func:`check_knobs`."""
     hints = typing.get_type_hints(cls)
     values = {}
     for field in dataclasses.fields(cls):
         value = getattr(namespace, field.name)
         values[field.name] = tuple(value) if typing.get_origin(hints[field.name]) is tuple else value
-    return cls(**values)
+    config = cls(**values)
+    check_knobs(config)
+    return config
 
 
 def given_flags(parser: argparse.ArgumentParser, argv: list[str]) -> set[str]:
@@ -69,18 +93,3 @@ def given_flags(parser: argparse.ArgumentParser, argv: list[str]) -> set[str]:
 def round_up(value: int, multiple: int) -> int:
     """The smallest multiple of ``multiple`` that is at least ``value``."""
     return -(-value // multiple) * multiple
-
-
-def require_at_least_one(config: Any, *names: str) -> None:
-    """Raises ValueError, naming the flag, for the first field in ``names`` whose value is below 1."""
-    for name in names:
-        value = getattr(config, name)
-        if value < 1:
-            raise ValueError(f"{flag_name(name)} must be at least 1, got {value}")
-
-
-def require_choice(config: Any, name: str, choices: tuple[str, ...]) -> None:
-    """Raises ValueError, naming the flag, when field ``name`` is not one of ``choices``."""
-    value = getattr(config, name)
-    if value not in choices:
-        raise ValueError(f"{flag_name(name)} must be one of {choices}, got {value!r}")

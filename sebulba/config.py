@@ -9,7 +9,7 @@ from typing import NamedTuple
 
 import jax
 
-from podracer.config import knob, require_at_least_one, require_choice
+from podracer.config import check_knobs, knob
 from podracer.driver import even_windows
 
 SYNC_MODES = ("throughput", "reproducible")
@@ -22,18 +22,18 @@ class SebulbaConfig:
         "(auto: device 0)")
     learner_devices: str = knob(
         "auto", "comma-separated local device indices for learning (auto: every other device, or device 0 if alone)")
-    actor_threads: int = knob(1, "Python actor threads per actor device, each with its own envpool batch")
-    envs_per_thread: int = knob(16, "environments per actor thread (the batch of its trajectories)")
+    actor_threads: int = knob(1, "Python actor threads per actor device, each with its own envpool batch", minimum=1)
+    envs_per_thread: int = knob(16, "environments per actor thread (the batch of its trajectories)", minimum=1)
     env_batches: int = knob(2, "envpool batches each actor thread steps in turn, so envpool steps one while the "
-                            "device infers for another; one inference call takes envs-per-thread / env-batches envs")
-    rollout_len: int = knob(32, "agent steps per environment in one trajectory")
-    total_env_steps: int = knob(1_000_000, "agent steps to train for, over all environments (frames = steps x frame-skip)")
+                            "device infers for another; one inference call takes envs-per-thread / env-batches envs", minimum=1)
+    rollout_len: int = knob(32, "agent steps per environment in one trajectory", minimum=1)
+    total_env_steps: int = knob(1_000_000, "agent steps to train for, over all environments (frames = steps x frame-skip)", minimum=1)
     queue_size: int = knob(1, "trajectories each actor thread may have waiting for the learner; more means more "
-                           "off-policy data and more memory")
+                           "off-policy data and more memory", minimum=1)
     sync: str = knob("throughput", "throughput: actors use the newest parameters; reproducible: rollout k uses "
-                     "exactly the parameters after update k-1, so a run is reproducible from its seed")
+                     "exactly the parameters after update k-1, so a run is reproducible from its seed", choices=SYNC_MODES)
     seed: int = knob(0, "random seed")
-    log_interval: int = knob(0, "agent steps between log lines; 0 means about 20 lines per run")
+    log_interval: int = knob(0, "agent steps between log lines; 0 means about 20 lines per run", minimum=0)
 
 
 class Topology(NamedTuple):
@@ -106,11 +106,7 @@ def default_env_threads(total_actor_threads: int) -> int:
 
 def geometry(config: SebulbaConfig, topo: Topology) -> SebulbaGeometry:
     """Checks the batch knobs against the devices, with errors that say what to change."""
-    require_at_least_one(config, "actor_threads", "envs_per_thread", "env_batches", "rollout_len", "total_env_steps",
-                         "queue_size")
-    require_choice(config, "sync", SYNC_MODES)
-    if config.log_interval < 0:
-        raise ValueError(f"--log-interval must be 0 (auto) or positive, got {config.log_interval}")
+    check_knobs(config)
     if config.envs_per_thread % config.env_batches:
         raise ValueError(
             f"--envs-per-thread {config.envs_per_thread} does not split into --env-batches {config.env_batches} "

@@ -22,6 +22,7 @@ from agents import make_agent
 from envs.host import HostEnv, HostEnvConfig
 from podracer.checkpoint import CheckpointConfig, latest_update
 from podracer.checkpoint import settings_fingerprint
+from podracer.config import check_knobs
 from podracer.driver import Program, RunOptions, RunResult, StepStats, drive
 from podracer.parallel import (
     TRAJECTORY_SPEC,
@@ -138,6 +139,7 @@ def train_agent(
     """
     if resume and run_dir is None:
         raise ValueError("resuming needs the run directory that holds the checkpoints")
+    check_knobs(env_config)
     topo = topology(config)
     geo = geometry(config, topo)
     first_update = (latest_update(run_dir) or 0) if resume else 0

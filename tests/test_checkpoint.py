@@ -92,6 +92,7 @@ def test_sigterm_stops_a_long_run_within_seconds_with_a_checkpoint(tmp_path):
     assert records[-1]["env_steps"] < 5_000_000  # inside the first 5M-step log window
 
 
+@pytest.mark.slow
 def test_checkpoint_every_n_updates_means_every_n_updates(tmp_path):
     run_dir = str(tmp_path / "every")
     code = main(["anakin", "--preset", "catch_ppo", "--num-devices", "1", "--total-env-steps", "20480",
@@ -102,6 +103,7 @@ def test_checkpoint_every_n_updates_means_every_n_updates(tmp_path):
     assert kept == [3, 6, 9, 12, 15, 18, 20]  # 20 updates in one log window; the last at the end
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("damage", ["truncate a state file", "delete the state metadata"])
 def test_resume_falls_back_to_the_newest_checkpoint_that_restores(tmp_path, capsys, damage):
     run_dir = str(tmp_path / "run")
@@ -145,6 +147,7 @@ def test_a_stop_while_compiling_leaves_a_run_that_resumes(tmp_path):
     assert [json.loads(line)["update"] for line in open(os.path.join(run_dir, "metrics.jsonl"))][-1] == 8
 
 
+@pytest.mark.slow
 def test_a_start_that_never_got_going_is_reused_and_resume_or_start_retries(tmp_path, capsys):
     run_dir = str(tmp_path / "run")
     bad = ["anakin", "--preset", "catch_ppo", "--num-devices", "1", "--num-envs", "4", "--rollout-len", "10",

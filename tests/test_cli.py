@@ -115,3 +115,30 @@ def test_muzero_runs_over_devices_and_lanes_and_checks_its_batch(tmp_path, capsy
     assert records[-1]["replay_ready"] == 1.0 and records[-1]["loss"] is not None
     assert main(["anakin", "--agent", "muzero", "--num-devices", "8", "--num-envs", "8", "--batch-size", "60", "--quiet"]) == 2
     assert "--batch-size 60 does not split evenly over 8 replicas" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--hidden-sizes", "0"], "--hidden-sizes takes sizes of at least 1, got 0"),
+    (["--hidden-sizes", "64", "-3"], "--hidden-sizes takes sizes of at least 1, got 64 -3"),
+    (["--learning-rate", "nan"], "--learning-rate must be a finite number, got nan"),
+    (["--learning-rate", "inf"], "--learning-rate must be a finite number, got inf"),
+    (["--agent", "muzero", "--support-bins", "1"], "--support-bins must be at least 2, got 1"),
+    (["--checkpoint-keep", "0"], "--checkpoint-keep must be at least 1, got 0"),
+    (["--update-loop", "fast"], "--update-loop must be one of ('auto', 'device', 'host'), got 'fast'"),
+    (["--num-envs", "-4"], "--num-envs must be at least 1, got -4"),
+])
+def test_bad_numbers_are_refused_before_anything_starts(tmp_path, capsys, flags, message):
+    run_dir = tmp_path / "run"
+    assert main(["anakin", *flags, "--logdir", str(run_dir)]) == 2
+    assert message in capsys.readouterr().err
+    assert not run_dir.exists()  # nothing left behind that blocks a rerun
+
+
+def test_bad_sebulba_and_device_flags_are_refused(tmp_path, capsys):
+    assert main(["sebulba", "--env-threads", "-1", "--logdir", str(tmp_path / "run")]) == 2
+    assert "--env-threads must be at least 0, got -1" in capsys.readouterr().err
+    for count in ("0", "-1"):
+        with pytest.raises(SystemExit) as exit_info:
+            main(["anakin", "--cpu-devices", count])
+        assert exit_info.value.code == 2
+        assert f"--cpu-devices: must be at least 1, got {count}" in capsys.readouterr().err
