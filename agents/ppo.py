@@ -99,7 +99,8 @@ def make_ppo(config: PPOConfig, spec: EnvSpec, shape: BatchShape = BatchShape())
             raise ValueError(
                 f"PPO: each replica learns from rollout_len x envs = {rollout_len} x {num_envs} = "
                 f"{rollout_len * num_envs} transitions, which --num-minibatches {config.num_minibatches} "
-                "does not divide; pick a divisor of that number or change --num-envs/--rollout-len"
+                "does not divide; pick a divisor of that number, or change the environments per replica "
+                "(anakin: --num-envs; sebulba: --envs-per-thread) or --rollout-len"
             )
         values = actor_critic.time_major(lambda obs: network.apply(state.params, obs, method=ActorCritic.value))(traj.obs)
         advantage = generalized_advantages(

@@ -12,6 +12,7 @@ import math
 import os
 import re
 import sys
+import tempfile
 import time
 from typing import Callable, NamedTuple
 
@@ -134,14 +135,33 @@ def _preset_defaults(arch: Architecture, preset: dict) -> dict:
     return {"Sebulba": fitted["sebulba"], "agent_config": fitted["agent_config"]}
 
 
-def _resumed_defaults(run_dir: str) -> dict:
+def _resumed_defaults(arch: Architecture, run_dir: str) -> dict:
     """The saved run's settings, as defaults: ``--resume DIR`` alone continues it unchanged."""
     path = os.path.join(run_dir, CONFIG_FILE)
     if not os.path.exists(path):
         raise FileNotFoundError(f"--resume {run_dir}: no {CONFIG_FILE} there, so no run to resume")
-    saved = json.load(open(path))
-    groups = {title: saved[key] for title, key in SAVED_GROUPS.items() if key in saved}
-    return {"agent": saved["agent"], "env": saved["env"], "agent_config": saved["agent_config"], **groups}
+    try:
+        with open(path) as f:
+            saved = json.load(f)
+        architecture = saved["architecture"]
+        settings = {"agent": saved["agent"], "env": saved["env"], "agent_config": saved["agent_config"]}
+    except (json.JSONDecodeError, KeyError, TypeError) as error:
+        raise ValueError(f"--resume {run_dir}: {path} does not hold a podracer run's settings "
+                         f"({type(error).__name__}: {error})") from None
+    if architecture != arch.name:
+        raise ValueError(f"--resume {run_dir}: it holds a {architecture} run; continue it with "
+                         f"'podracer {architecture} --resume {run_dir}'")
+    return {**settings, **{title: saved[key] for title, key in SAVED_GROUPS.items() if key in saved}}
+
+
+def _check_writable(run_dir: str, flag: str) -> None:
+    """Makes ``run_dir`` (if missing) and checks that files can be written there, naming the flag if not."""
+    try:
+        os.makedirs(run_dir, exist_ok=True)
+        with tempfile.TemporaryFile(dir=run_dir):
+            pass
+    except OSError as error:
+        raise ValueError(f"{flag} {run_dir}: cannot write there ({error.strerror or error})") from None
 
 
 def build_parser(arch: Architecture, preset_name: str, agent_name: str | None,
@@ -230,7 +250,7 @@ def run_architecture(arch: Architecture, argv: list[str]) -> int:
 
         initialize(early.coordinator, early.num_processes, early.process_id, early.coordinator_timeout)
         _resume_or_start(early)
-        resumed = _resumed_defaults(early.resume) if early.resume else None
+        resumed = _resumed_defaults(arch, early.resume) if early.resume else None
     except (ValueError, FileNotFoundError, CoordinatorUnreachable) as error:
         print(f"podracer {arch.name}: error: {error}", file=sys.stderr)
         return 2
@@ -248,6 +268,9 @@ def run_architecture(arch: Architecture, argv: list[str]) -> int:
             if note and not args.quiet and jax.process_index() == 0:
                 print(f"podracer {arch.name}: {note}", file=sys.stderr)
         agent_config = from_flags(AGENTS[args.agent][0], args)
+        for _, group in arch.config_groups:
+            from_flags(group, args)  # checks every flag before the run directory is made
+        _check_writable(run_dir, "--resume" if args.resume else "--logdir")
         result, rates, stopped_by = TRAINERS[arch.name](args, agent_config, run_dir)
     except (ValueError, FileExistsError, FileNotFoundError) as error:
         print(f"podracer {arch.name}: error: {error}", file=sys.stderr)

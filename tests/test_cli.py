@@ -142,3 +142,22 @@ def test_bad_sebulba_and_device_flags_are_refused(tmp_path, capsys):
             main(["anakin", "--cpu-devices", count])
         assert exit_info.value.code == 2
         assert f"--cpu-devices: must be at least 1, got {count}" in capsys.readouterr().err
+
+
+def test_unusable_run_directories_are_named_in_one_line(tmp_path, capsys):
+    a_file = tmp_path / "a_file"
+    a_file.write_text("")
+    assert main(["anakin", "--logdir", str(a_file / "run"), "--quiet"]) == 2
+    assert f"--logdir {a_file / 'run'}: cannot write there (Not a directory)" in capsys.readouterr().err
+    garbage = tmp_path / "garbage"
+    garbage.mkdir()
+    (garbage / "config.json").write_text("{not json")
+    assert main(["anakin", "--resume", str(garbage)]) == 2
+    assert "config.json does not hold a podracer run's settings (JSONDecodeError" in capsys.readouterr().err
+    sebulba_run = tmp_path / "sebulba_run"
+    sebulba_run.mkdir()
+    (sebulba_run / "config.json").write_text(json.dumps({"architecture": "sebulba", "agent": "ppo",
+                                                          "env": "CartPole-v1", "agent_config": {}}))
+    assert main(["anakin", "--resume", str(sebulba_run)]) == 2
+    assert f"it holds a sebulba run; continue it with 'podracer sebulba --resume {sebulba_run}'" in \
+        capsys.readouterr().err
