@@ -22,7 +22,7 @@ from envs.host import HostEnvConfig
 from experiments.presets import ANAKIN_PRESETS, DEFAULT_ANAKIN_PRESET, DEFAULT_SEBULBA_PRESET, SEBULBA_PRESETS
 from podracer.checkpoint import CheckpointConfig
 from podracer.config import add_flags, flag_name, from_flags, given_flags, round_up
-from podracer.distributed import CoordinatorUnreachable
+from podracer.distributed import CoordinatorUnreachable, say_goodbye
 from podracer.errors import NonFiniteLossError
 from podracer.runlog import CONFIG_FILE
 from sebulba.config import SebulbaConfig, topology
@@ -284,6 +284,7 @@ def run_architecture(arch: Architecture, argv: list[str]) -> int:
         traceback.print_exception(error.__cause__, file=sys.stderr)
         print(f"podracer {arch.name}: stopped: {error}", file=sys.stderr)
         return 1
+    say_goodbye()  # this process ends on purpose: its peers need not stop on its account
     final = result.records[-1] if result.records else {}
     if not args.quiet:
         print(f"run directory: {run_dir}")

@@ -13,14 +13,21 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
+import threading
 import time
 
 import jax
 import numpy as np
 
 
+HEARTBEAT_TIMEOUT_S = 60  # JAX's own verdict on a silent process (it aborts); the peer watch answers first
+KEEPALIVE = (10, 5, 4)  # TCP keepalive idle, interval, probes: a host that vanished is noticed in ~30 s
+PEER_LOST_EXIT = 1
+
+
 class CoordinatorUnreachable(ConnectionError):
-    """No coordinator answered at the given address within the timeout."""
+    """No coordinator answered at the given address within the timeout (or not every process arrived)."""
 
 
 def cluster_detected() -> bool:
@@ -30,22 +37,113 @@ def cluster_detected() -> bool:
     return slurm_tasks > 1 or len(tpu_hosts) > 1
 
 
-def _wait_for(address: str, timeout_s: float) -> None:
+def parse_address(address: str) -> tuple[str, int]:
+    """``HOST:PORT`` checked: a port in 1..65535 and a host that resolves."""
     host, _, port = address.rpartition(":")
-    if not host or not port.isdigit():
-        raise ValueError(f"--coordinator must be HOST:PORT, got {address!r}")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"--coordinator must be HOST:PORT (a port in 1..65535), got {address!r}")
+    try:
+        socket.getaddrinfo(host, int(port))
+    except socket.gaierror as error:
+        raise ValueError(f"--coordinator {address}: cannot resolve {host!r} ({error.strerror})") from None
+    return host, int(port)
+
+
+def _keep_alive(sock: socket.socket) -> socket.socket:
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    for option, value in zip(("TCP_KEEPIDLE", "TCP_KEEPINTVL", "TCP_KEEPCNT"), KEEPALIVE):
+        if hasattr(socket, option):  # Linux; elsewhere the system's keepalive times apply
+            sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, option), value)
+    return sock
+
+
+def _gather_peers(host: str, port: int, num_processes: int, timeout_s: float) -> dict[int, socket.socket]:
+    """Process 0: waits on the coordinator's address until every other process said hello."""
+    listener = socket.socket()
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        listener.bind((host, port))
+    except OSError as error:
+        raise ValueError(f"--coordinator {host}:{port}: process 0 cannot listen there ({error.strerror})") from None
+    listener.listen(num_processes)
+    peers, deadline = {}, time.monotonic() + timeout_s
+    try:
+        while len(peers) < num_processes - 1:
+            listener.settimeout(max(0.01, deadline - time.monotonic()))
+            try:
+                conn, _ = listener.accept()
+                conn.settimeout(max(0.01, deadline - time.monotonic()))
+                peers[int(conn.recv(32).split()[1])] = _keep_alive(conn)
+            except (socket.timeout, ValueError, IndexError, OSError):
+                if time.monotonic() >= deadline:
+                    missing = sorted(set(range(1, num_processes)) - set(peers))
+                    raise CoordinatorUnreachable(
+                        f"process(es) {missing} did not arrive at {host}:{port} within {timeout_s:.0f}s: start every "
+                        f"process with the same --coordinator and --num-processes {num_processes}, or raise "
+                        "--coordinator-timeout") from None
+        for conn in peers.values():
+            conn.settimeout(None)
+            conn.sendall(b"go\n")
+    finally:
+        listener.close()  # JAX's coordinator binds this port next; the peers' connections stay open
+    return peers
+
+
+def _join(host: str, port: int, process_id: int, timeout_s: float) -> dict[int, socket.socket]:
+    """A process other than 0: says hello at the coordinator's address and waits for every process to arrive."""
     deadline = time.monotonic() + timeout_s
     while True:
         try:
-            socket.create_connection((host, int(port)), timeout=1.0).close()
-            return
+            conn = socket.create_connection((host, port), timeout=1.0)
+            conn.settimeout(max(0.01, deadline - time.monotonic()))
+            conn.sendall(f"podracer {process_id}\n".encode())
+            if conn.recv(8).startswith(b"go"):
+                conn.settimeout(None)
+                return {0: _keep_alive(conn)}
+            conn.close()
         except OSError as error:
             if time.monotonic() >= deadline:
                 raise CoordinatorUnreachable(
-                    f"no coordinator answered at {address} within {timeout_s:.0f}s ({error}); start process 0 "
+                    f"no coordinator answered at {host}:{port} within {timeout_s:.0f}s ({error}); start process 0 "
                     "first, check the address and port, or raise --coordinator-timeout"
                 ) from None
             time.sleep(0.25)
+
+
+def _watch(peers: dict[int, socket.socket]) -> None:
+    """Ends this process with a message as soon as a peer's connection closes without a goodbye.
+
+    Without it JAX notices a lost process only after its heartbeat timeout and
+    then aborts (a C++ stack trace, exit 134). A process that dies closes its
+    connections at once; a host that vanishes is noticed by TCP keepalive.
+    """
+
+    def watch(process: int, conn: socket.socket) -> None:
+        try:
+            said = conn.recv(8)
+        except OSError:
+            said = b""
+        if said.startswith(b"bye"):
+            return
+        print(f"podracer: process {process} is gone (its connection to this one closed without a goodbye), so "
+              f"process {jax.process_index()} stops too; resume the run from its last checkpoint with --resume",
+              file=sys.stderr, flush=True)
+        os._exit(PEER_LOST_EXIT)  # JAX's runtime cannot shut down cleanly without its peer
+
+    for process, conn in peers.items():
+        threading.Thread(target=watch, args=(process, conn), name=f"peer watch {process}", daemon=True).start()
+
+
+_PEERS: dict[int, socket.socket] = {}
+
+
+def say_goodbye() -> None:
+    """Tells the peers that this process ends on purpose (its run finished or stopped cleanly)."""
+    for conn in _PEERS.values():
+        try:
+            conn.sendall(b"bye\n")
+        except OSError:
+            pass
 
 
 def initialize(
@@ -57,28 +155,39 @@ def initialize(
     """Starts the distributed runtime when this is a multi-process run; returns whether it did.
 
     With no arguments, starts it only where :func:`cluster_detected`. Raises
-    ValueError for an incomplete or inconsistent set of flags and
-    :class:`CoordinatorUnreachable` (after ``timeout_s``) when a process other
-    than 0 finds no coordinator, instead of hanging.
+    ValueError for an incomplete or inconsistent set of flags or a malformed
+    address, and :class:`CoordinatorUnreachable` (after ``timeout_s``) when
+    the processes do not all meet, instead of hanging or aborting. By hand
+    (``--coordinator``), every process keeps a connection to process 0 for the
+    whole run: when one is lost, the others stop at once with a message
+    (:func:`say_goodbye` marks a deliberate end).
     """
     given = [coordinator is not None, num_processes is not None, process_id is not None]
     if not any(given):
         if not cluster_detected():
             return False
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
-        jax.distributed.initialize(initialization_timeout=int(timeout_s))
+        jax.distributed.initialize(initialization_timeout=int(timeout_s), heartbeat_timeout_seconds=HEARTBEAT_TIMEOUT_S)
         return True
     if not all(given):
         raise ValueError("--coordinator, --num-processes and --process-id go together: give all three")
     if num_processes < 1 or not 0 <= process_id < num_processes:
         raise ValueError(f"--process-id must be in 0..{num_processes - 1} for --num-processes {num_processes}, "
                          f"got {process_id}")
+    if timeout_s <= 0:
+        raise ValueError(f"--coordinator-timeout must be positive, got {timeout_s}")
+    host, port = parse_address(coordinator)
     if num_processes == 1:
         return False
-    if process_id != 0:
-        _wait_for(coordinator, timeout_s)
+    if process_id == 0:
+        peers = _gather_peers(host, port, num_processes, timeout_s)
+    else:
+        peers = _join(host, port, process_id, timeout_s)
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
-    jax.distributed.initialize(coordinator, num_processes, process_id, initialization_timeout=int(timeout_s))
+    jax.distributed.initialize(coordinator, num_processes, process_id, initialization_timeout=int(timeout_s),
+                               heartbeat_timeout_seconds=HEARTBEAT_TIMEOUT_S)
+    _PEERS.update(peers)
+    _watch(peers)
     return True
 
 

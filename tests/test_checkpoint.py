@@ -199,6 +199,21 @@ def test_an_unreachable_coordinator_times_out_with_a_message():
         initialize("127.0.0.1:1234", 2, 2)
 
 
+def test_process_0_alone_and_malformed_addresses_end_with_a_message():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    start = time.monotonic()
+    with pytest.raises(CoordinatorUnreachable, match=r"process\(es\) \[1\] did not arrive at 127.0.0.1:.* within 2s"):
+        initialize(f"127.0.0.1:{port}", 2, 0, timeout_s=2)  # JAX itself would abort here (exit 134)
+    assert time.monotonic() - start < 10
+    for address in ("localhost", "localhost:", "localhost:99999", ":1234"):
+        with pytest.raises(ValueError, match="--coordinator must be HOST:PORT"):
+            initialize(address, 2, 0, timeout_s=2)
+    with pytest.raises(ValueError, match="--coordinator nohost.invalid:1234: cannot resolve 'nohost.invalid'"):
+        initialize("nohost.invalid:1234", 2, 0, timeout_s=2)  # JAX itself would segfault here
+
+
 @pytest.mark.slow
 def test_sebulba_resumed_from_a_checkpoint_continues_its_counters_and_metrics(tmp_path):
     run_dir = str(tmp_path / "sebulba")

@@ -6,6 +6,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 
 import jax
 import numpy as np
@@ -100,3 +101,29 @@ def test_two_sebulba_processes_average_gradients_across_both_learners(tmp_path):
     jax.tree.map(lambda p: np.testing.assert_allclose(p[0], p[1], rtol=1e-6, atol=1e-7), params)
     moved = jax.tree.map(lambda p, q: float(np.abs(p[0] - q[0]).max()), params, initial)
     assert max(jax.tree.leaves(moved)) > 1e-4
+
+
+@pytest.mark.slow
+def test_a_lost_process_stops_the_others_at_once_with_a_message(tmp_path):
+    coordinator = f"127.0.0.1:{_free_port()}"
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "experiments.cli", "anakin", "--preset", "catch_ppo", "--cpu-devices", "2",
+             "--total-env-steps", "100000000", "--coordinator", coordinator, "--num-processes", "2",
+             "--process-id", str(i), "--coordinator-timeout", "60", "--logdir", str(tmp_path / "run")],
+            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        for i in range(2)
+    ]
+    for line in procs[0].stderr:
+        if line.startswith("compiled in"):
+            break
+    time.sleep(2.0)  # training
+    procs[1].kill()  # SIGKILL: no goodbye, no checkpoint of its own
+    killed = time.monotonic()
+    _, err = procs[0].communicate(timeout=120)
+    assert time.monotonic() - killed < 10.0  # JAX alone: ~100 s, then an abort
+    assert procs[0].returncode == 1, err[-3000:]
+    assert "podracer: process 1 is gone" in err and "Check failure" not in err
+    procs[1].communicate(timeout=30)
