@@ -11,6 +11,7 @@ import json
 import math
 import os
 import re
+import signal
 import sys
 import tempfile
 import time
@@ -349,11 +350,19 @@ def main(argv: list[str] | None = None) -> int:
         if not known:
             print(f"\npodracer: error: unknown command {argv[0]!r}", file=sys.stderr)
         return 0 if known else 2
+    previous = signal.signal(signal.SIGTERM, _interrupt)  # a run's driver takes the signals over while it runs
     try:
         return COMMANDS[argv[0]](argv[1:])
-    except KeyboardInterrupt:  # before a run caught its signals (a run stops cleanly on its own)
-        print(f"podracer {argv[0]}: interrupted", file=sys.stderr)
-        return SIGNAL_EXIT_CODES["SIGINT"]
+    except KeyboardInterrupt as interrupt:  # a signal before a run caught its signals
+        name = interrupt.args[0] if interrupt.args else "SIGINT"
+        print(f"podracer {argv[0]}: stopped by {name} before the run started", file=sys.stderr)
+        return SIGNAL_EXIT_CODES[name]
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt("SIGTERM")
 
 
 if __name__ == "__main__":

@@ -6,9 +6,9 @@ advance by some updates) and the driver does the rest, the same way for both:
 
 * ``--resume``: the newest checkpoint replaces the fresh state and the run log
   drops what was logged after it;
-* log windows of equal numbers of updates, one record per window
-  (``metrics.jsonl``, TensorBoard, a progress line), the architecture adding
-  its own fields;
+* log windows of equal numbers of updates, ending at the same updates whether
+  or not the run was resumed, one record per window (``metrics.jsonl``,
+  TensorBoard, a progress line), the architecture adding its own fields;
 * checkpoints when due (:class:`podracer.checkpoint.Checkpointer`), on a stop
   and at the end;
 * SIGINT/SIGTERM: every process agrees, before each step, whether any process
@@ -215,8 +215,9 @@ class _Run:
             if stopping:
                 program.interrupt.set()
                 break
-            n = min(self.pace.updates(), program.num_updates - self.done,
-                    program.updates_per_window - window_updates, self.checkpointer.updates_until_due(self.done))
+            to_window_end = program.updates_per_window - self.done % program.updates_per_window
+            n = min(self.pace.updates(), program.num_updates - self.done, to_window_end,
+                    self.checkpointer.updates_until_due(self.done))
             try:
                 with self.clock.time(TRAINING):
                     state, stats = step(state, self.done, n)
@@ -227,7 +228,7 @@ class _Run:
             _check_finite(stats, self.done, program.seed)
             self.done += n
             window, window_updates = _add(window, stats), window_updates + n
-            if window_updates >= program.updates_per_window or self.done == program.num_updates:
+            if self.done % program.updates_per_window == 0 or self.done == program.num_updates:
                 self.write(window, window_updates, self.seconds - window_start)
                 window, window_updates, window_start = None, 0, self.seconds
             if self.checkpointer.due(self.done):

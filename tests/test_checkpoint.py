@@ -235,7 +235,8 @@ def test_sebulba_resumed_from_a_checkpoint_continues_its_counters_and_metrics(tm
     assert updates == sorted(set(updates)) and updates[-1] == 235  # ceil(120000 / 512)
     assert all(r["env_steps"] == 512 * r["update"] for r in records)
     assert records[len(stopped)]["time"] > stopped[-1]["time"]
-    assert records[-1]["episode_return"] > stopped[-1]["episode_return"]  # it kept learning from the checkpoint
+    returns = [r["episode_return"] for r in records if r["episode_return"] is not None]
+    assert np.mean(returns[-3:]) > stopped[-1]["episode_return"]  # it kept learning from the checkpoint
 
 
 def test_checkpoints_fall_due_by_updates_and_by_minutes():
