@@ -54,7 +54,7 @@ def train(
     shape = BatchShape(geo.num_updates, geo.rollout_len, geo.envs_per_lane)
     agent = make_agent(agent_name, agent_config, env.spec, shape)
     about = {"agent": agent_name, "env": env_name, "agent_config": dataclasses.asdict(agent_config)}
-    return train_agent(agent, env, config, run_dir, quiet, about, checkpoint, resume)
+    return train_agent(agent, env, config, about, run_dir=run_dir, quiet=quiet, checkpoint=checkpoint, resume=resume)
 
 
 def anakin_fingerprint(about: dict, config: AnakinConfig, num_devices: int) -> dict:
@@ -62,24 +62,18 @@ def anakin_fingerprint(about: dict, config: AnakinConfig, num_devices: int) -> d
     return settings_fingerprint({**about, "anakin": dataclasses.asdict(config), "num_devices": num_devices})
 
 
-def train_agent(
-    agent: Agent,
-    env,
-    config: AnakinConfig,
-    run_dir: str | None = None,
-    quiet: bool = False,
-    about: dict | None = None,
-    checkpoint: CheckpointConfig = CheckpointConfig(),
-    resume: bool = False,
-) -> RunResult:
+def train_agent(agent: Agent, env, config: AnakinConfig, about: dict | None = None, **options) -> RunResult:
     """Runs any :class:`Agent` on an auto-resetting jittable ``env``; ``about`` goes into ``config.json``.
+
+    ``options`` are :class:`podracer.driver.RunOptions`' fields: ``run_dir``,
+    ``quiet``, ``checkpoint`` (a :class:`CheckpointConfig`) and ``resume``.
 
     Checkpoints (every ``checkpoint.checkpoint_every`` updates, on SIGINT/SIGTERM
     and at the end) hold the whole runner state: parameters, optimiser state,
     environment states, keys and counters, so a resumed run ends with exactly the
     parameters of an uninterrupted one. Only process 0 logs.
     """
-    return drive(anakin_program(agent, env, config, about or {}), RunOptions(run_dir, quiet, checkpoint, resume))
+    return drive(anakin_program(agent, env, config, about or {}), RunOptions(**options))
 
 
 def anakin_program(agent: Agent, env, config: AnakinConfig, about: dict) -> Program:

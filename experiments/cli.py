@@ -219,7 +219,7 @@ def _train_sebulba(args, agent_config, run_dir):
     from sebulba.run import train
 
     result = train(args.agent, agent_config, args.env, from_flags(SebulbaConfig, args), from_flags(HostEnvConfig, args),
-                   run_dir, quiet=args.quiet, checkpoint=from_flags(CheckpointConfig, args),
+                   run_dir=run_dir, quiet=args.quiet, checkpoint=from_flags(CheckpointConfig, args),
                    resume=args.resume is not None)
     seconds = max(result.train_seconds, 1e-9)
     rates = f"sps={result.env_steps / seconds:.0f} fps={result.frames / seconds:.0f}"

@@ -20,7 +20,7 @@ from jax.sharding import NamedSharding
 
 from agents import make_agent
 from envs.host import HostEnv, HostEnvConfig
-from podracer.checkpoint import CheckpointConfig, latest_update
+from podracer.checkpoint import latest_update
 from podracer.checkpoint import settings_fingerprint
 from podracer.config import check_knobs
 from podracer.driver import Program, RunOptions, RunResult, StepStats, drive
@@ -101,52 +101,40 @@ def batch_shape(config: SebulbaConfig) -> BatchShape:
     return BatchShape(geo.num_updates, geo.rollout_len, geo.envs_per_learner)
 
 
-def train(
-    agent_name: str,
-    agent_config,
-    env_id: str,
-    config: SebulbaConfig,
-    env_config: HostEnvConfig = HostEnvConfig(),
-    run_dir: str | None = None,
-    quiet: bool = False,
-    checkpoint: CheckpointConfig = CheckpointConfig(),
-    resume: bool = False,
-) -> RunResult:
-    """Trains ``agent_name`` on the envpool environment ``env_id`` with Sebulba; see ``podracer sebulba --help``."""
+def train(agent_name: str, agent_config, env_id: str, config: SebulbaConfig,
+          env_config: HostEnvConfig = HostEnvConfig(), **options) -> RunResult:
+    """Trains ``agent_name`` on the envpool environment ``env_id`` with Sebulba; see ``podracer sebulba --help``.
+
+    ``options`` are :class:`podracer.driver.RunOptions`' fields: ``run_dir``,
+    ``quiet``, ``checkpoint`` (a :class:`CheckpointConfig`) and ``resume``.
+    """
     agent = make_agent(agent_name, agent_config, env_spec(env_id, env_config), batch_shape(config))
     about = {"agent": agent_name, "agent_config": dataclasses.asdict(agent_config)}
-    return train_agent(agent, env_id, config, env_config, run_dir, quiet, about, checkpoint, resume)
+    return train_agent(agent, env_id, config, env_config, about, **options)
 
 
-def train_agent(
-    agent: Agent,
-    env_id: str,
-    config: SebulbaConfig,
-    env_config: HostEnvConfig = HostEnvConfig(),
-    run_dir: str | None = None,
-    quiet: bool = False,
-    about: dict | None = None,
-    checkpoint: CheckpointConfig = CheckpointConfig(),
-    resume: bool = False,
-) -> RunResult:
+def train_agent(agent: Agent, env_id: str, config: SebulbaConfig, env_config: HostEnvConfig = HostEnvConfig(),
+                about: dict | None = None, **options) -> RunResult:
     """Runs any :class:`Agent` built for :func:`env_spec` and :func:`batch_shape` on envpool's ``env_id``.
 
     ``about`` (e.g. the agent's name and config) goes into ``config.json`` and
-    the checkpoints' fingerprint. Checkpoints (as for Anakin) hold the learner
-    state and counters; with ``resume`` the run in ``run_dir`` continues from
-    its newest one. envpool's environments cannot be saved: a resumed run starts
-    fresh episodes (with seeds shifted by the resumed update) and fresh actor keys.
+    the checkpoints' fingerprint; ``options`` as for :func:`train`. Checkpoints
+    (as for Anakin) hold the learner state and counters; with ``resume`` the run
+    continues from the newest one. envpool's environments cannot be saved: a
+    resumed run starts fresh episodes (with seeds shifted by the resumed update)
+    and fresh actor keys.
     """
-    if resume and run_dir is None:
+    options = RunOptions(**options)
+    if options.resume and options.run_dir is None:
         raise ValueError("resuming needs the run directory that holds the checkpoints")
     check_knobs(env_config)
     topo = topology(config)
     geo = geometry(config, topo)
-    first_update = (latest_update(run_dir) or 0) if resume else 0
+    first_update = (latest_update(options.run_dir) or 0) if options.resume else 0
     host_envs = _host_envs(env_id, config, env_config, geo, first_update)
     try:
         sebulba = _Sebulba(agent, {**(about or {}), "env": env_id}, config, env_config, topo, geo, host_envs)
-        return drive(sebulba.program(), RunOptions(run_dir, quiet, checkpoint, resume))
+        return drive(sebulba.program(), options)
     finally:
         for batches in host_envs:
             for env in batches:

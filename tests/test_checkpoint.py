@@ -1,6 +1,5 @@
 """Checkpoints: SIGTERM mid-run then --resume ends with exactly the uninterrupted parameters; clear refusals."""
 
-import dataclasses
 import glob
 import json
 import os

@@ -1,6 +1,5 @@
 """MuZero: search, transforms, n-step targets, unroll masks, sharded replay, and learning on both architectures."""
 
-import dataclasses
 
 import jax
 import jax.numpy as jnp
