@@ -106,6 +106,17 @@ def test_a_non_finite_loss_stops_the_run_naming_the_update(update_loop):
         train_agent(_nan_agent(bad_update=7), envs.make("catch"), config, quiet=True)
 
 
+def test_a_run_that_failed_at_its_first_update_leaves_its_directory_reusable(tmp_path):
+    from podracer.runlog import run_started
+
+    config = AnakinConfig(num_envs=8, rollout_len=4, total_env_steps=8 * 4 * 4, num_devices=1)
+    with pytest.raises(NonFiniteLossError, match="update 1"):
+        train_agent(_nan_agent(bad_update=1), envs.make("catch"), config, run_dir=str(tmp_path), quiet=True)
+    assert not run_started(str(tmp_path))  # config.json only: no record, no checkpoint
+    result = train_agent(_nan_agent(bad_update=1000), envs.make("catch"), config, run_dir=str(tmp_path), quiet=True)
+    assert result.records[-1]["update"] == 4 and run_started(str(tmp_path))
+
+
 def test_program_runs_many_updates_per_call_without_recompiling():
     env = envs.make("catch")
     geo = geometry(AnakinConfig(num_envs=8, rollout_len=4, total_env_steps=8 * 4 * 10), 8)
