@@ -42,7 +42,8 @@ class MuZeroConfig:
     weight_decay: float = knob(1e-4, "decoupled weight decay (AdamW)")
     max_grad_norm: float = knob(5.0, "clip gradients to this global norm")
     gamma: float = knob(0.99, "discount factor")
-    search: str = knob("gumbel", f"one of {SEARCHES}: Gumbel MuZero, or classic MuZero with Dirichlet noise", choices=SEARCHES)
+    search: str = knob("gumbel", f"one of {SEARCHES}: Gumbel MuZero, or classic MuZero with Dirichlet noise",
+        choices=SEARCHES)
     num_simulations: int = knob(16, "search simulations per step", minimum=1)
     max_considered_actions: int = knob(16, "Gumbel search: actions sampled at the root", minimum=1)
     dirichlet_alpha: float = knob(0.3, "classic search: Dirichlet noise concentration at the root")
@@ -59,7 +60,8 @@ class MuZeroConfig:
     prioritized: bool = knob(False, "sample windows in proportion to |value error| ** priority_alpha")
     priority_alpha: float = knob(1.0, "prioritised replay exponent")
     priority_beta: float = knob(1.0, "importance-weight exponent")
-    target_update: str = knob("ema", f"one of {TARGET_UPDATES}: how the target network follows the online one", choices=TARGET_UPDATES)
+    target_update: str = knob("ema", f"one of {TARGET_UPDATES}: how the target network follows the online one",
+        choices=TARGET_UPDATES)
     target_period: int = knob(100, "periodic target: gradient steps between copies", minimum=1)
     target_ema: float = knob(0.01, "EMA target: step size towards the online parameters")
     value_coef: float = knob(0.25, "weight of the value loss")

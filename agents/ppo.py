@@ -26,7 +26,8 @@ class PPOConfig(ActorCriticConfig):
     num_minibatches: int = knob(4, "minibatches per pass; each spans every device", minimum=1)
     clip_value: bool = knob(True, "clip the value loss around the behaviour values")
     normalize_advantages: bool = knob(True, "normalise advantages per minibatch (over all devices)")
-    minibatch_loop: str = knob("auto", f"one of {UNROLL_CHOICES}: how the minibatch loop is compiled", choices=UNROLL_CHOICES)
+    minibatch_loop: str = knob("auto", f"one of {UNROLL_CHOICES}: how the minibatch loop is compiled",
+        choices=UNROLL_CHOICES)
 
 
 def ppo_loss(

@@ -21,7 +21,8 @@ class AnakinConfig:
     rollout_len: int = knob(128, "environment steps per environment between two updates", minimum=1)
     lanes: int = knob(1, "update lanes per device: vmapped learner replicas whose gradients are averaged", minimum=1)
     num_seeds: int = knob(1, "independent agents trained together in one program (seeds seed..seed+N-1)", minimum=1)
-    total_env_steps: int = knob(500_000, "environment steps to train for, per seed (rounded up to whole updates)", minimum=1)
+    total_env_steps: int = knob(500_000, "environment steps to train for, per seed (rounded up to whole updates)",
+        minimum=1)
     seed: int = knob(0, "random seed")
     num_devices: int = knob(0, "devices to run on; 0 means every device of every process", minimum=0)
     log_interval: int = knob(

@@ -35,7 +35,8 @@ class HostEnvConfig:
     sticky_actions: bool = knob(False, "Atari: repeat the previous action with probability 0.25")
     episodic_life: bool = knob(True, "Atari: a lost life terminates the training episode (the logged score spans all lives)")
     reward_clip: bool = knob(True, "Atari: train on rewards clipped to their sign (the logged score is unclipped)")
-    env_threads: int = knob(0, "envpool worker threads per actor thread; 0: the host's cores shared among actor threads", minimum=0)
+    env_threads: int = knob(
+        0, "envpool worker threads per actor thread; 0: the host's cores shared among actor threads", minimum=0)
 
 
 class HostStep(NamedTuple):

@@ -39,7 +39,8 @@ class CheckpointUnreadable(ValueError):
 @dataclasses.dataclass(frozen=True)
 class CheckpointConfig:
     checkpoint_every: int = knob(0, "updates between checkpoints (0: only on a stop signal and at the end)", minimum=0)
-    checkpoint_minutes: float = knob(0.0, "also checkpoint when this many minutes passed since the last (0: off)", minimum=0)
+    checkpoint_minutes: float = knob(0.0, "also checkpoint when this many minutes passed since the last (0: off)",
+        minimum=0)
     checkpoint_keep: int = knob(3, "checkpoints kept (the oldest are deleted)", minimum=1)
 
 

@@ -27,7 +27,8 @@ class SebulbaConfig:
     env_batches: int = knob(2, "envpool batches each actor thread steps in turn, so envpool steps one while the "
                             "device infers for another; one inference call takes envs-per-thread / env-batches envs", minimum=1)
     rollout_len: int = knob(32, "agent steps per environment in one trajectory", minimum=1)
-    total_env_steps: int = knob(1_000_000, "agent steps to train for, over all environments (frames = steps x frame-skip)", minimum=1)
+    total_env_steps: int = knob(1_000_000, "agent steps to train for, over all environments (frames = steps x frame-skip)",
+        minimum=1)
     queue_size: int = knob(1, "trajectories each actor thread may have waiting for the learner; more means more "
                            "off-policy data and more memory", minimum=1)
     sync: str = knob("throughput", "throughput: actors use the newest parameters; reproducible: rollout k uses "

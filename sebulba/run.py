@@ -179,8 +179,8 @@ class _Sebulba:
     """The learner side of a run: the main thread takes one trajectory from every actor thread (in thread
     order), runs ``Agent.learn`` data-parallel over the learner devices and publishes the new parameters."""
 
-    def __init__(self, agent: Agent, about: dict, config: SebulbaConfig, env_config: HostEnvConfig, topo, geo: SebulbaGeometry,
-                 host_envs):
+    def __init__(self, agent: Agent, about: dict, config: SebulbaConfig, env_config: HostEnvConfig, topo,
+                 geo: SebulbaGeometry, host_envs):
         self.agent, self.about, self.config, self.env_config = agent, about, config, env_config
         self.topo, self.geo, self.host_envs = topo, geo, host_envs
         self.spec, self.frame_skip = host_envs[0][0].spec, host_envs[0][0].frame_skip
