@@ -141,6 +141,9 @@ def main() -> None:
         "",
         "## Actors alone (inference on CPU device 0, trajectories to CPU device 1, no learning)",
         "",
+        "Sebulba with a learner that learns nothing but still takes every trajectory and publishes parameters",
+        "after each update; the first two rollouts (compilation, warm-up) are left out.",
+        "",
         "| env | envs per thread | agent steps/s | of raw envpool (same envs, sync) | env step / inference / transfer, s |",
         "|---|---|---|---|---|",
     ]
