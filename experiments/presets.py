@@ -37,7 +37,7 @@ ANAKIN_PRESETS: dict[str, dict] = {
     },
     "catch_muzero": {
         "about": "MuZero (Gumbel search, 8 simulations) on Catch, replay on the device; its training return "
-                 "(search exploration included) passes 0.9 after 90-120k steps and ends at 0.95-0.99 (seeds 0-2)",
+                 "(search exploration included) passes 0.9 after 90-120k steps and ends at 0.95-0.99 (seeds 0-2, one device)",
         "agent": "muzero",
         "env": "catch",
         "anakin": {"num_envs": 16, "rollout_len": 16, "total_env_steps": 200_000},
