@@ -134,6 +134,22 @@ def _watch(peers: dict[int, socket.socket]) -> None:
         threading.Thread(target=watch, args=(process, conn), name=f"peer watch {process}", daemon=True).start()
 
 
+def _detect_cluster(timeout_s: float) -> tuple[str, int, int, list[int] | None]:
+    """The coordinator, process count, process id and local devices JAX finds on a TPU slice or under Slurm.
+
+    Asked of JAX's own cluster detection (the same that ``jax.distributed.initialize()``
+    uses), so that these launchers get the same meeting and peer watch as a run started by hand.
+    """
+    from jax._src.clusters import ClusterEnv  # JAX's detection; it has no public entry that only detects
+
+    coordinator, num_processes, process_id, local_device_ids = ClusterEnv.auto_detect_unset_distributed_params(
+        None, None, None, None, None, int(timeout_s))
+    if coordinator is None or num_processes is None or process_id is None:
+        raise ValueError("a TPU slice or Slurm job was detected, but JAX could not tell its coordinator, process "
+                         "count and id: start the processes with --coordinator, --num-processes and --process-id")
+    return coordinator, num_processes, process_id, local_device_ids
+
+
 _PEERS: dict[int, socket.socket] = {}
 
 
@@ -154,22 +170,22 @@ def initialize(
 ) -> bool:
     """Starts the distributed runtime when this is a multi-process run; returns whether it did.
 
-    With no arguments, starts it only where :func:`cluster_detected`. Raises
+    With no arguments, starts it only where :func:`cluster_detected`, with the
+    coordinator and process numbers JAX detects there. Raises
     ValueError for an incomplete or inconsistent set of flags or a malformed
     address, and :class:`CoordinatorUnreachable` (after ``timeout_s``) when
-    the processes do not all meet, instead of hanging or aborting. By hand
-    (``--coordinator``), every process keeps a connection to process 0 for the
-    whole run: when one is lost, the others stop at once with a message
-    (:func:`say_goodbye` marks a deliberate end).
+    the processes do not all meet, instead of hanging or aborting. Every
+    process keeps a connection to process 0 for the whole run: when one is
+    lost, the others stop at once with a message (:func:`say_goodbye` marks a
+    deliberate end).
     """
     given = [coordinator is not None, num_processes is not None, process_id is not None]
+    local_device_ids = None
     if not any(given):
         if not cluster_detected():
             return False
-        jax.config.update("jax_cpu_collectives_implementation", "gloo")
-        jax.distributed.initialize(initialization_timeout=int(timeout_s), heartbeat_timeout_seconds=HEARTBEAT_TIMEOUT_S)
-        return True
-    if not all(given):
+        coordinator, num_processes, process_id, local_device_ids = _detect_cluster(timeout_s)
+    elif not all(given):
         raise ValueError("--coordinator, --num-processes and --process-id go together: give all three")
     if num_processes < 1 or not 0 <= process_id < num_processes:
         raise ValueError(f"--process-id must be in 0..{num_processes - 1} for --num-processes {num_processes}, "
@@ -184,8 +200,8 @@ def initialize(
     else:
         peers = _join(host, port, process_id, timeout_s)
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
-    jax.distributed.initialize(coordinator, num_processes, process_id, initialization_timeout=int(timeout_s),
-                               heartbeat_timeout_seconds=HEARTBEAT_TIMEOUT_S)
+    jax.distributed.initialize(coordinator, num_processes, process_id, local_device_ids=local_device_ids,
+                               initialization_timeout=int(timeout_s), heartbeat_timeout_seconds=HEARTBEAT_TIMEOUT_S)
     _PEERS.update(peers)
     _watch(peers)
     return True

@@ -103,16 +103,26 @@ def test_two_sebulba_processes_average_gradients_across_both_learners(tmp_path):
     assert max(jax.tree.leaves(moved)) > 1e-4
 
 
-@pytest.mark.slow
-def test_a_lost_process_stops_the_others_at_once_with_a_message(tmp_path):
-    coordinator = f"127.0.0.1:{_free_port()}"
+def _slurm_task(i: int, port: int) -> dict:
+    """The environment of Slurm task ``i`` of 2 on this host (JAX's Slurm detection reads these)."""
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    return {**env, "SLURM_JOB_ID": "4242", "SLURM_NTASKS": "2", "SLURM_PROCID": str(i), "SLURM_LOCALID": str(i),
+            "SLURM_STEP_NODELIST": "localhost", "SLURM_STEP_NUM_NODES": "1", "JAX_COORDINATOR_PORT": str(port)}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("launcher", ["by hand", "slurm"])
+def test_a_lost_process_stops_the_others_at_once_with_a_message(tmp_path, launcher):
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    flags = ["--coordinator", f"127.0.0.1:{port}", "--num-processes", "2", "--coordinator-timeout", "60"]
     procs = [
         subprocess.Popen(
             [sys.executable, "-m", "experiments.cli", "anakin", "--preset", "catch_ppo", "--cpu-devices", "2",
-             "--total-env-steps", "100000000", "--coordinator", coordinator, "--num-processes", "2",
-             "--process-id", str(i), "--coordinator-timeout", "60", "--logdir", str(tmp_path / "run")],
-            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+             "--total-env-steps", "100000000", "--logdir", str(tmp_path / "run"),
+             *([*flags, "--process-id", str(i)] if launcher == "by hand" else [])],
+            cwd=ROOT, env=env if launcher == "by hand" else _slurm_task(i, port),
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )
         for i in range(2)
     ]
