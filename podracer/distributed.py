@@ -59,13 +59,14 @@ def _keep_alive(sock: socket.socket) -> socket.socket:
 
 def _gather_peers(host: str, port: int, num_processes: int, timeout_s: float) -> dict[int, socket.socket]:
     """Process 0: waits on the coordinator's address until every other process said hello."""
-    listener = socket.socket()
-    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        listener.bind((host, port))
+    try:  # on every interface, as JAX's coordinator binds: the host's name may resolve to a loopback address
+        if socket.has_dualstack_ipv6():
+            listener = socket.create_server(("", port), family=socket.AF_INET6, backlog=num_processes,
+                                            dualstack_ipv6=True)
+        else:
+            listener = socket.create_server(("", port), backlog=num_processes)
     except OSError as error:
         raise ValueError(f"--coordinator {host}:{port}: process 0 cannot listen there ({error.strerror})") from None
-    listener.listen(num_processes)
     peers, deadline = {}, time.monotonic() + timeout_s
     try:
         while len(peers) < num_processes - 1:
