@@ -1,4 +1,5 @@
-"""What PPO and IMPALA share: configuration, network, optimiser, acting, gradient steps."""
+"""What PPO and IMPALA share: configuration, network, policy distribution, observation statistics, optimiser,
+acting and gradient steps."""
 
 from __future__ import annotations
 
@@ -10,14 +11,17 @@ import jax.flatten_util
 import jax.numpy as jnp
 import optax
 
+from agents import normalization
 from agents.networks import TORSOS, ActorCritic, make_torso, resolve_torso
+from agents.normalization import RunningMoments
+from agents.policies import CategoricalPolicy, GaussianConfig, GaussianPolicy, make_policy
 from podracer.config import check_knobs, flag_name, knob
 from podracer.parallel import mean_over_replicas
-from podracer.types import EnvSpec, Params
+from podracer.types import EnvSpec, Params, Trajectory
 
 
 @dataclasses.dataclass(frozen=True)
-class ActorCriticConfig:
+class ActorCriticConfig(GaussianConfig):
     learning_rate: float = knob(2.5e-4, "Adam learning rate")
     anneal_lr: bool = knob(True, "decay the learning rate linearly to 0 over the run")
     adam_eps: float = knob(1e-5, "Adam epsilon")
@@ -28,12 +32,23 @@ class ActorCriticConfig:
     torso: str = knob("auto", f"network torso, one of {TORSOS}; auto: MLP for vectors, conv for images")
     hidden_sizes: tuple[int, ...] = knob((64, 64), "MLP torso layer sizes")
     shared_torso: bool = knob(False, "actor and critic share one torso (else each has its own)")
+    normalize_observations: bool = knob(False, "standardise vector observations by running statistics of every "
+                                        "observation learnt from (kept in the learner state)")
+    reward_scale: float = knob(1.0, "multiply rewards by this before learning (the logged returns are unscaled)")
 
 
 class LearnerState(NamedTuple):
     params: Params
     opt_state: optax.OptState
     update: jax.Array  # int32 scalar: learner updates done so far
+    obs_moments: RunningMoments | tuple  # with --normalize-observations, else ()
+
+
+class ActingParams(NamedTuple):
+    """What acting needs (:func:`actor_params`): the network's parameters and the observation statistics."""
+
+    network: Params
+    obs_moments: RunningMoments | tuple
 
 
 def _ensure_positive(config: ActorCriticConfig) -> None:
@@ -43,21 +58,29 @@ def _ensure_positive(config: ActorCriticConfig) -> None:
             raise ValueError(f"{flag_name(name)} must be positive, got {getattr(config, name)}")
     if not 0.0 <= config.gamma <= 1.0:
         raise ValueError(f"--gamma must lie in [0, 1], got {config.gamma}")
+    if config.reward_scale <= 0:
+        raise ValueError(f"--reward-scale must be positive, got {config.reward_scale}")
 
 
 class ActorCriticParts(NamedTuple):
     """The pieces an actor-critic agent is assembled from."""
 
     network: ActorCritic
+    policy: CategoricalPolicy | GaussianPolicy
     optimizer: optax.GradientTransformation
     has_conv: bool
+    config: ActorCriticConfig
 
 
 def build(config: ActorCriticConfig, spec: EnvSpec, optimizer_steps: int | None) -> ActorCriticParts:
-    """Network and optimiser for ``spec``; ``optimizer_steps`` sets the length of LR annealing."""
+    """Network, policy and optimiser for ``spec``; ``optimizer_steps`` sets the length of LR annealing."""
     _ensure_positive(config)
+    if config.normalize_observations and spec.images:
+        raise ValueError(f"--normalize-observations standardises vector observations; these are images "
+                         f"{spec.observation.shape}")
     torso = resolve_torso(config.torso, spec)
-    network = ActorCritic(make_torso(torso, config.hidden_sizes), spec.num_actions, config.shared_torso)
+    policy = make_policy(spec, config)
+    network = ActorCritic(make_torso(torso, config.hidden_sizes), policy.head, config.shared_torso)
     learning_rate = config.learning_rate
     if config.anneal_lr and optimizer_steps:
         learning_rate = optax.linear_schedule(config.learning_rate, 0.0, optimizer_steps)
@@ -65,32 +88,52 @@ def build(config: ActorCriticConfig, spec: EnvSpec, optimizer_steps: int | None)
         optax.clip_by_global_norm(config.max_grad_norm),
         optax.adam(learning_rate, eps=config.adam_eps),
     ))
-    return ActorCriticParts(network, optimizer, has_conv=torso != "mlp")
+    return ActorCriticParts(network, policy, optimizer, has_conv=torso != "mlp", config=config)
 
 
 def make_init(parts: ActorCriticParts, spec: EnvSpec):
     def init(key: jax.Array) -> LearnerState:
         dummy = jnp.zeros((1, *spec.observation.shape), spec.observation.dtype)
         params = parts.network.init(key, dummy)
-        return LearnerState(params, parts.optimizer.init(params), jnp.int32(0))
+        moments = RunningMoments.initial(spec.observation.shape) if parts.config.normalize_observations else ()
+        return LearnerState(params, parts.optimizer.init(params), jnp.int32(0), moments)
 
     return init
 
 
-def actor_params(state: LearnerState) -> Params:
-    return state.params
+def actor_params(state: LearnerState) -> ActingParams:
+    return ActingParams(state.params, state.obs_moments)
 
 
-def make_act(network: ActorCritic):
-    """Samples from the policy; extras hold the behaviour log-probability ``[B]``."""
+def _observe(moments: RunningMoments | tuple, obs: jax.Array) -> jax.Array:
+    return normalization.normalize(moments, obs) if isinstance(moments, RunningMoments) else obs
 
-    def act(params: Params, obs: jax.Array, key: jax.Array):
-        logits = network.apply(params, obs, method=ActorCritic.policy)
-        action = jax.random.categorical(key, logits).astype(jnp.int32)
-        log_prob = jnp.take_along_axis(jax.nn.log_softmax(logits), action[:, None], axis=-1)[:, 0]
-        return action, {"log_prob": log_prob}
+
+def make_act(parts: ActorCriticParts):
+    """Samples from the policy: actions ``[B, ...]``, extras with the behaviour log-probability ``[B]``."""
+
+    def act(params: ActingParams, obs: jax.Array, key: jax.Array):
+        out = parts.network.apply(params.network, _observe(params.obs_moments, obs), method=ActorCritic.policy)
+        return parts.policy.sample(out, key)
 
     return act
+
+
+def prepare_batch(parts: ActorCriticParts, state: LearnerState, traj: Trajectory) -> tuple[LearnerState, Trajectory]:
+    """The trajectory as the learner sees it and the state with this batch's observations counted.
+
+    Observations are standardised with the statistics the actors acted with (so
+    the first epoch's importance ratios are exactly 1 on-policy); the statistics
+    then take in this batch's observations ``obs[:-1]`` from every replica, for
+    the next rollouts. Rewards are multiplied by ``--reward-scale``.
+    """
+    if parts.config.reward_scale != 1.0:
+        traj = traj._replace(reward=traj.reward * parts.config.reward_scale)
+    if not isinstance(state.obs_moments, RunningMoments):
+        return state, traj
+    seen = traj.obs[:-1].reshape((-1, *traj.obs.shape[2:]))
+    normalized = traj._replace(obs=_observe(state.obs_moments, traj.obs))
+    return state._replace(obs_moments=normalization.update(state.obs_moments, seen)), normalized
 
 
 def time_major(fn):
@@ -104,14 +147,6 @@ def time_major(fn):
     return apply
 
 
-def log_prob_and_entropy(logits: jax.Array, action: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """Log-probability of ``action`` and the policy's entropy, both shaped like ``action``."""
-    log_probs = jax.nn.log_softmax(logits)
-    log_prob = jnp.take_along_axis(log_probs, action[..., None], axis=-1)[..., 0]
-    entropy = -jnp.sum(jnp.exp(log_probs) * log_probs, axis=-1)
-    return log_prob, entropy
-
-
 def gradient_step(loss_fn, optimizer: optax.GradientTransformation, state: LearnerState, batch):
     """One optimiser step on ``loss_fn(params, batch) -> (loss, metrics)``, gradients averaged over replicas."""
     (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params, batch)
@@ -122,4 +157,4 @@ def gradient_step(loss_fn, optimizer: optax.GradientTransformation, state: Learn
     # norm per leaf costs ~20 more runtime operations per step on XLA:CPU.
     flat_grads, _ = jax.flatten_util.ravel_pytree(grads)
     metrics = {**metrics, "loss": loss, "grad_norm": jnp.sqrt(jnp.sum(jnp.square(flat_grads)))}
-    return LearnerState(params, opt_state, state.update), metrics
+    return state._replace(params=params, opt_state=opt_state), metrics

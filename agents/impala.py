@@ -25,18 +25,17 @@ class ImpalaConfig(ActorCriticConfig):
 
 
 def vtrace_loss(
-    logits: jax.Array, values: jax.Array, traj: Trajectory, config: ImpalaConfig
+    log_prob: jax.Array, entropy: jax.Array, values: jax.Array, traj: Trajectory, config: ImpalaConfig
 ) -> tuple[jax.Array, dict]:
     """This replica's IMPALA loss.
 
     Args:
-      logits: ``[T, B, A]`` current policy logits.
+      log_prob, entropy: ``[T, B]`` the taken actions' log-probabilities and the entropies under the current policy.
       values: ``[T + 1, B]`` current values (``values[T]`` bootstraps).
       traj: the trajectory; ``traj.extras["log_prob"]`` is the behaviour log-probability.
     """
-    chex.assert_rank(logits, 3)
-    chex.assert_equal_shape([logits[..., 0], traj.action, traj.reward, traj.valid])
-    log_prob, entropy = actor_critic.log_prob_and_entropy(logits, traj.action)
+    chex.assert_rank(log_prob, 2)
+    chex.assert_equal_shape([log_prob, entropy, traj.reward, traj.valid, traj.extras["log_prob"]])
     rho = jnp.exp(jax.lax.stop_gradient(log_prob) - traj.extras["log_prob"])
     out = vtrace(
         traj.reward, traj.discount, traj.valid, values, rho,
@@ -58,20 +57,23 @@ def vtrace_loss(
 def make_impala(config: ImpalaConfig, spec: EnvSpec, shape: BatchShape = BatchShape()) -> Agent:
     """An IMPALA :class:`Agent`: one gradient step per trajectory batch."""
     parts = actor_critic.build(config, spec, shape.num_updates)
-    network = parts.network
+    network, policy = parts.network, parts.policy
 
     def loss_fn(params, traj: Trajectory):
-        logits, values = actor_critic.time_major(lambda obs: network.apply(params, obs))(traj.obs)
-        return vtrace_loss(logits[:-1], values, traj, config)
+        policy_out, values = actor_critic.time_major(lambda obs: network.apply(params, obs))(traj.obs)
+        policy_out = jax.tree.map(lambda x: x[:-1], policy_out)
+        log_prob, entropy = policy.log_prob_and_entropy(policy_out, traj.action, traj.extras)
+        return vtrace_loss(log_prob, entropy, values, traj, config)
 
     def learn(state: LearnerState, traj: Trajectory, key: jax.Array):
         del key  # deterministic given the trajectory
+        state, traj = actor_critic.prepare_batch(parts, state, traj)
         state, metrics = actor_critic.gradient_step(loss_fn, parts.optimizer, state, traj)
         return state._replace(update=state.update + 1), metrics
 
     return Agent(
         init=actor_critic.make_init(parts, spec),
         actor_params=actor_critic.actor_params,
-        act=actor_critic.make_act(network),
+        act=actor_critic.make_act(parts),
         learn=learn,
     )

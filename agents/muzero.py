@@ -201,6 +201,9 @@ def muzero_loss(policy_logits, value_logits, reward_logits, targets: UnrollTarge
 def make_muzero(config: MuZeroConfig, spec: EnvSpec, shape: BatchShape = BatchShape()) -> MuZeroAgent:
     """A MuZero :class:`Agent`; ``shape`` must give ``rollout_len`` and ``envs_per_replica`` (the replay's shape)."""
     _check(config)
+    if not spec.discrete:
+        raise ValueError(f"MuZero searches over a discrete action set; this environment's actions are continuous "
+                         f"({spec.actions.shape[0]}-dimensional): use --agent ppo or impala")
     if shape.rollout_len is None or shape.envs_per_replica is None:
         raise ValueError("MuZero needs the batch shape (rollout_len, envs_per_replica) to size its replay")
     obs_shape = spec.observation.shape

@@ -115,7 +115,7 @@ def make_torso(kind: str, hidden_sizes: Sequence[int] = (64, 64)) -> Callable[[]
 
 
 class ActorCritic(nn.Module):
-    """Policy logits ``[N, A]`` and state values ``[N]``.
+    """The policy head's output (``[N, A]`` logits, or a Gaussian's mean and log-std) and state values ``[N]``.
 
     With ``shared_torso`` both heads read one torso (the usual choice for
     images); otherwise actor and critic have torsos of their own and
@@ -123,14 +123,14 @@ class ActorCritic(nn.Module):
     """
 
     torso: Callable[[], nn.Module]
-    num_actions: int
+    policy_head_factory: Callable[[], nn.Module]  # see agents.policies
     shared_torso: bool = False
 
     def setup(self):
         self.actor_torso = self.torso()
         if not self.shared_torso:
             self.critic_torso = self.torso()
-        self.policy_head = nn.Dense(self.num_actions, kernel_init=_orthogonal(0.01))
+        self.policy_head = self.policy_head_factory()
         self.value_head = nn.Dense(1, kernel_init=_orthogonal(1.0))
 
     def policy(self, obs):

@@ -31,9 +31,9 @@ class PPOConfig(ActorCriticConfig):
 
 
 def ppo_loss(
-    logits: jax.Array,
+    log_prob: jax.Array,
+    entropy: jax.Array,
     values: jax.Array,
-    action: jax.Array,
     behaviour_log_prob: jax.Array,
     behaviour_value: jax.Array,
     advantage: jax.Array,
@@ -44,14 +44,13 @@ def ppo_loss(
     """This replica's PPO loss on a minibatch of ``N`` transitions.
 
     Args:
-      logits: ``[N, A]`` current policy logits.
+      log_prob, entropy: ``[N]`` the taken actions' log-probabilities and the entropies under the current policy.
       values: ``[N]`` current value estimates.
-      action, behaviour_log_prob, behaviour_value, advantage, target: ``[N]``.
+      behaviour_log_prob, behaviour_value, advantage, target: ``[N]``.
       valid: ``[N]`` bool; invalid (auto-reset) transitions contribute nothing.
     """
-    chex.assert_rank(logits, 2)
-    chex.assert_equal_shape([values, action, behaviour_log_prob, behaviour_value, advantage, target, valid])
-    log_prob, entropy = actor_critic.log_prob_and_entropy(logits, action)
+    chex.assert_rank(log_prob, 1)
+    chex.assert_equal_shape([log_prob, entropy, values, behaviour_log_prob, behaviour_value, advantage, target, valid])
     if config.normalize_advantages:
         mean, var = global_masked_moments(advantage, valid)
         advantage = (advantage - mean) / (jnp.sqrt(var) + 1e-8)
@@ -81,13 +80,14 @@ def make_ppo(config: PPOConfig, spec: EnvSpec, shape: BatchShape = BatchShape())
     check_knobs(config)
     steps = shape.num_updates * config.num_epochs * config.num_minibatches if shape.num_updates else None
     parts = actor_critic.build(config, spec, steps)
-    network = parts.network
+    network, policy = parts.network, parts.policy
     unroll = resolve_unroll(config.minibatch_loop, parts.has_conv)
 
     def minibatch_loss(params, mb):
-        logits, values = network.apply(params, mb["obs"])
+        policy_out, values = network.apply(params, mb["obs"])
+        log_prob, entropy = policy.log_prob_and_entropy(policy_out, mb["action"], mb["extras"])
         return ppo_loss(
-            logits, values, mb["action"], mb["log_prob"], mb["value"], mb["advantage"], mb["target"],
+            log_prob, entropy, values, mb["extras"]["log_prob"], mb["value"], mb["advantage"], mb["target"],
             mb["valid"], config,
         )
 
@@ -95,7 +95,7 @@ def make_ppo(config: PPOConfig, spec: EnvSpec, shape: BatchShape = BatchShape())
         return actor_critic.gradient_step(minibatch_loss, parts.optimizer, state, minibatch)
 
     def learn(state: LearnerState, traj: Trajectory, key: jax.Array):
-        rollout_len, num_envs = traj.action.shape
+        rollout_len, num_envs = traj.reward.shape
         if (rollout_len * num_envs) % config.num_minibatches:
             raise ValueError(
                 f"PPO: each replica learns from rollout_len x envs = {rollout_len} x {num_envs} = "
@@ -103,6 +103,7 @@ def make_ppo(config: PPOConfig, spec: EnvSpec, shape: BatchShape = BatchShape())
                 "does not divide; pick a divisor of that number, or change the environments per replica "
                 "(anakin: --num-envs; sebulba: --envs-per-thread) or --rollout-len"
             )
+        state, traj = actor_critic.prepare_batch(parts, state, traj)
         values = actor_critic.time_major(lambda obs: network.apply(state.params, obs, method=ActorCritic.value))(traj.obs)
         advantage = generalized_advantages(
             traj.reward, traj.discount, traj.valid, values, config.gamma, config.gae_lambda
@@ -110,7 +111,7 @@ def make_ppo(config: PPOConfig, spec: EnvSpec, shape: BatchShape = BatchShape())
         batch = {
             "obs": traj.obs[:-1],
             "action": traj.action,
-            "log_prob": traj.extras["log_prob"],
+            "extras": traj.extras,
             "value": values[:-1],
             "advantage": advantage,
             "target": advantage + values[:-1],
@@ -126,6 +127,6 @@ def make_ppo(config: PPOConfig, spec: EnvSpec, shape: BatchShape = BatchShape())
     return Agent(
         init=actor_critic.make_init(parts, spec),
         actor_params=actor_critic.actor_params,
-        act=actor_critic.make_act(network),
+        act=actor_critic.make_act(parts),
         learn=learn,
     )

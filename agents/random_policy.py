@@ -9,11 +9,14 @@ from podracer.types import Agent, BatchShape, EnvSpec
 
 
 def make_random_policy(spec: EnvSpec, shape: BatchShape = BatchShape()) -> Agent:
-    """Acts uniformly at random; ``learn`` only counts updates (its loss is 0)."""
+    """Acts uniformly at random (over the action set, or within the bounds); ``learn`` only counts updates."""
 
     def act(params, obs, key):
         batch = jax.tree.leaves(obs)[0].shape[0]
-        return jax.random.randint(key, (batch,), 0, spec.num_actions, jnp.int32), {}
+        if spec.discrete:
+            return jax.random.randint(key, (batch,), 0, spec.num_actions, jnp.int32), {}
+        low, high = jnp.asarray(spec.actions.low), jnp.asarray(spec.actions.high)
+        return jax.random.uniform(key, (batch, *spec.actions.shape), minval=low, maxval=high), {}
 
     def learn(state, traj, key):
         return state + 1, {"loss": jnp.float32(0.0)}

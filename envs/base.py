@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Any, NamedTuple, Protocol
 
 import jax
+import numpy as np
 
-from podracer.types import EnvSpec, EpisodeStats
+from podracer.types import Box, Discrete, EnvSpec, EpisodeStats
 
 EnvState = Any
 
@@ -51,3 +52,22 @@ class TimeStep(NamedTuple):
     discount: jax.Array
     valid: jax.Array
     episode: EpisodeStats
+
+
+def action_spec(env_name: str, space) -> Discrete | Box:
+    """The :class:`Discrete` or :class:`Box` of a gym-style action ``space`` (gymnax's or gymnasium's).
+
+    Raises ValueError, naming ``env_name``, for actions podracer cannot take (not a set nor one vector) and for
+    bounds that are not finite.
+    """
+    if hasattr(space, "n"):
+        return Discrete(int(space.n))
+    shape = tuple(getattr(space, "shape", None) or ())
+    if not hasattr(space, "low") or len(shape) != 1:
+        raise ValueError(f"{env_name} has actions of type {type(space).__name__} shaped {shape}; podracer takes a "
+                         "discrete set or one vector of continuous actions")
+    low, high = (tuple(np.broadcast_to(np.asarray(bound, np.float64), shape)) for bound in (space.low, space.high))
+    try:
+        return Box(low, high)
+    except ValueError as error:
+        raise ValueError(f"{env_name}: {error}") from None

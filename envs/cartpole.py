@@ -14,7 +14,7 @@ import math
 import jax
 import jax.numpy as jnp
 
-from podracer.types import EnvSpec
+from podracer.types import Discrete, EnvSpec
 
 GRAVITY = 9.8
 MASS_CART = 1.0
@@ -33,7 +33,7 @@ MAX_EPISODE_STEPS = 500
 class CartPole:
     """State and observation are the same float32 ``[4]`` vector: x, x_dot, theta, theta_dot."""
 
-    spec = EnvSpec(jax.ShapeDtypeStruct((4,), jnp.float32), 2)
+    spec = EnvSpec(jax.ShapeDtypeStruct((4,), jnp.float32), Discrete(2))
     max_episode_steps = MAX_EPISODE_STEPS
 
     def reset(self, key):

@@ -13,7 +13,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from podracer.types import EnvSpec
+from podracer.types import Discrete, EnvSpec
 
 ROWS = 10
 COLUMNS = 5
@@ -34,7 +34,7 @@ class Catch:
     def __init__(self, rows: int = ROWS, columns: int = COLUMNS):
         self.rows = rows
         self.columns = columns
-        self.spec = EnvSpec(jax.ShapeDtypeStruct((rows, columns), jnp.float32), NUM_ACTIONS)
+        self.spec = EnvSpec(jax.ShapeDtypeStruct((rows, columns), jnp.float32), Discrete(NUM_ACTIONS))
 
     def _observe(self, state: CatchState) -> jax.Array:
         board = jnp.zeros((self.rows, self.columns), jnp.float32)

@@ -1,6 +1,10 @@
 """Host environments for Sebulba: batches of envpool environments stepped in C++ threads.
 
-:func:`make_host_env` builds one batch (one actor thread's). Atari ids get the
+:class:`HostEnv` is one batch (one actor thread's). Any envpool task runs: Atari,
+classic control, and continuous control (MuJoCo: ``HalfCheetah-v4``,
+``Hopper-v4``, ...; DeepMind Control: ``CheetahRun-v1``, ...), whose float64
+observations reach the agents as float32 and whose actions the agents keep
+within the task's bounds (envpool does not clip them). Atari ids get the
 standard protocol: frame-skip 4, 84x84 grayscale, a 4-frame stack, up to 30
 no-op starts, a 108k-frame (27k-step) limit and, for training, episodic life and
 reward clipping, while the *logged* episode return is the real game score over
@@ -22,6 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from envs.base import action_spec
 from podracer.config import knob
 from podracer.types import EnvSpec, EpisodeStats
 
@@ -154,9 +159,9 @@ class HostEnv:
         self.num_envs = num_envs
         self.frame_skip = ATARI_FRAME_SKIP if self.atari else 1
         shape = space.shape[1:] + space.shape[:1] if self.atari else space.shape
-        if not hasattr(self.env.action_space, "n"):
-            raise ValueError(f"{env_id} has a continuous action space; podracer's agents need discrete actions")
-        self.spec = EnvSpec(jax.ShapeDtypeStruct(shape, space.dtype), int(self.env.action_space.n))
+        dtype = np.float32 if space.dtype == np.float64 else space.dtype  # JAX computes in float32
+        self.spec = EnvSpec(jax.ShapeDtypeStruct(shape, dtype), action_spec(env_id, self.env.action_space))
+        self._action_dtype = np.int32 if self.spec.discrete else np.float32
         self._env_ids = np.arange(num_envs, dtype=np.int32)
 
     def to_agent_layout(self, obs: jax.Array) -> jax.Array:
@@ -168,7 +173,7 @@ class HostEnv:
         return obs
 
     def send(self, action: np.ndarray) -> None:
-        self.env.send(np.asarray(action, np.int32), self._env_ids)
+        self.env.send(np.asarray(action, self._action_dtype), self._env_ids)
 
     def recv(self) -> HostStep:
         obs, reward, terminated, truncated, info = self.env.recv()

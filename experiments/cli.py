@@ -63,7 +63,8 @@ ANAKIN = Architecture(
     "anakin",
     "Train an agent with Anakin: environments, acting and learning together on every device.",
     ANAKIN_PRESETS, DEFAULT_ANAKIN_PRESET,
-    "catch, cartpole or gymnax:<id>, e.g. gymnax:Breakout-MinAtar",
+    "catch, cartpole, gymnax:<id> (e.g. gymnax:Breakout-MinAtar, gymnax:Pendulum-v1) or brax:<name>[:<backend>] "
+    "(e.g. brax:ant; needs the brax extra)",
     (("Anakin", AnakinConfig), ("checkpoints", CheckpointConfig)),
     "num_envs", _anakin_batch_multiple,
 )

@@ -53,6 +53,24 @@ ANAKIN_PRESETS: dict[str, dict] = {
         "agent_config": {"num_simulations": 16, "td_steps": 5, "replay_capacity": 1000, "batch_size": 64,
                          "replay_ratio": 2.0, "learning_rate": 3e-3},
     },
+    "pendulum_ppo": {
+        "about": "PPO with a Gaussian policy on gymnax's Pendulum-v1 (CleanRL's continuous settings: 10 epochs x 32 "
+                 "minibatches, no entropy bonus; observations normalised, rewards x 0.1)",
+        "agent": "ppo",
+        "env": "gymnax:Pendulum-v1",
+        "anakin": {"num_envs": 16, "rollout_len": 128, "total_env_steps": 1_000_000},
+        "agent_config": {"learning_rate": 3e-4, "entropy_coef": 0.0, "num_epochs": 10, "num_minibatches": 32,
+                         "normalize_observations": True, "reward_scale": 0.1},
+    },
+    "inverted_pendulum_ppo": {
+        "about": "PPO with a Gaussian policy on Brax's inverted_pendulum (needs the brax extra); the settings of "
+                 "benchmark_brax.py: 64 envs x 16 steps, 4 epochs x 4 minibatches, observations normalised",
+        "agent": "ppo",
+        "env": "brax:inverted_pendulum",
+        "anakin": {"num_envs": 64, "rollout_len": 16, "total_env_steps": 600_000},
+        "agent_config": {"learning_rate": 3e-4, "gamma": 0.97, "entropy_coef": 1e-3, "max_grad_norm": 1.0,
+                         "num_epochs": 4, "num_minibatches": 4, "normalize_observations": True},
+    },
     "breakout_minatar_ppo": {
         "about": "PPO on gymnax's MinAtar Breakout (small conv torso)",
         "agent": "ppo",
@@ -130,6 +148,17 @@ SEBULBA_PRESETS: dict[str, dict] = {
         "agent": "muzero",
         "env": "Breakout-v5",
         "fit": _atari_muzero,
+    },
+    "halfcheetah_ppo": {
+        "about": "PPO with a Gaussian policy on envpool's MuJoCo HalfCheetah-v4 (CleanRL's continuous settings with "
+                 "16 envs x 64 steps, 10 epochs x 16 minibatches, no entropy bonus, initial log-std -0.5; "
+                 "observations normalised, rewards x 0.1; reproducible sync)",
+        "agent": "ppo",
+        "env": "HalfCheetah-v4",
+        "fit": _fixed({"actor_threads": 1, "envs_per_thread": 16, "env_batches": 1, "rollout_len": 64,
+                       "total_env_steps": 1_000_000, "sync": "reproducible"},
+                      {"learning_rate": 3e-4, "entropy_coef": 0.0, "num_epochs": 10, "num_minibatches": 16,
+                       "log_std_init": -0.5, "normalize_observations": True, "reward_scale": 0.1}),
     },
     "breakout_ppo": {
         "about": "PPO on Breakout-v5 as Cleanba's benchmark runs it: 16 envs x 32 steps, 1 actor thread",

@@ -10,7 +10,9 @@ algorithm it runs, and no agent knows which architecture runs it.
 
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple
+import dataclasses
+import math
+from typing import Any, Callable, NamedTuple, Union
 
 import jax
 import jax.numpy as jnp
@@ -23,21 +25,70 @@ LearnerState = ArrayTree
 Metrics = dict[str, Array]
 
 
+class Discrete(NamedTuple):
+    """A discrete action set: one int32 action in ``[0, num_actions)`` per environment."""
+
+    num_actions: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Box:
+    """Continuous actions: one float32 vector ``[A]`` per environment, each entry within its bounds.
+
+    Attributes:
+      low, high: ``A`` finite floats each, ``low < high`` entry by entry.
+    """
+
+    low: tuple[float, ...]
+    high: tuple[float, ...]
+
+    def __post_init__(self):
+        low, high = tuple(float(x) for x in self.low), tuple(float(x) for x in self.high)
+        if not low or len(low) != len(high):
+            raise ValueError(f"continuous action bounds need as many lows as highs (at least one): {low} vs {high}")
+        if not all(math.isfinite(x) for x in low + high):
+            raise ValueError(f"continuous action bounds must be finite, got low={low}, high={high}: the Gaussian "
+                             "policies map their samples into the bounds")
+        if not all(lo < hi for lo, hi in zip(low, high)):
+            raise ValueError(f"continuous action bounds need low < high in every dimension, got {low} and {high}")
+        object.__setattr__(self, "low", low)
+        object.__setattr__(self, "high", high)
+
+    @property
+    def shape(self) -> tuple[int]:
+        return (len(self.low),)
+
+
+ActionSpec = Union[Discrete, Box]
+
+
 class EnvSpec(NamedTuple):
     """What an agent needs to know about an environment to build its networks.
 
     Attributes:
       observation: shape and dtype of one observation (no batch axis).
-      num_actions: size of the discrete action set.
+      actions: :class:`Discrete` (``n`` actions) or :class:`Box` (a float vector within bounds).
     """
 
     observation: jax.ShapeDtypeStruct
-    num_actions: int
+    actions: ActionSpec
 
     @property
     def images(self) -> bool:
         """Whether observations are images (``[H, W, C]``): what decides every "auto" network and loop choice."""
         return len(self.observation.shape) >= 3
+
+    @property
+    def discrete(self) -> bool:
+        return isinstance(self.actions, Discrete)
+
+    @property
+    def num_actions(self) -> int:
+        """The size of a discrete action set (an error for continuous actions)."""
+        if not self.discrete:
+            raise ValueError(f"this environment's actions are continuous ({self.actions.shape[0]}-dimensional), "
+                             "not a discrete set")
+        return self.actions.num_actions
 
 
 class BatchShape(NamedTuple):
@@ -71,7 +122,8 @@ class Trajectory(NamedTuple):
 
     Attributes:
       obs: ``[T + 1, B, ...]`` observations; ``obs[T]`` is the bootstrap one.
-      action: ``[T, B]`` int32 actions.
+      action: ``[T, B]`` int32 actions (:class:`Discrete`) or ``[T, B, A]`` float32 ones (:class:`Box`), as
+        the environment received them.
       reward: ``[T, B]`` float32 reward of each transition.
       discount: ``[T, B]`` float32, 0. where the transition terminated, else 1.
       valid: ``[T, B]`` bool, False on auto-reset steps.
@@ -116,7 +168,7 @@ class Agent(NamedTuple):
       actor_params: ``LearnerState -> Params``: selects what acting needs,
         nothing more (the part that is copied to actor devices). A selection,
         not a computation: it is also applied to states stacked per device.
-      act: ``(params, obs[B, ...], key) -> (action[B], extras)``: batched
+      act: ``(params, obs[B, ...], key) -> (action[B, ...], extras)``: batched
         inference; ``extras`` is a pytree of ``[B, ...]`` arrays stored in the
         :class:`Trajectory`.
       learn: ``(LearnerState, Trajectory, key) -> (LearnerState, Metrics)``:

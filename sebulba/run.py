@@ -51,7 +51,7 @@ def trajectory_shapes(agent: Agent, spec: EnvSpec, params, geo: SebulbaGeometry,
     """The abstract shape of one actor thread's trajectory, for compiling the learner before any env runs."""
     t, b = geo.rollout_len, geo.envs_per_thread * geo.processes  # every host's share together
     obs = jax.ShapeDtypeStruct((b, *spec.observation.shape), spec.observation.dtype)
-    _, extras = jax.eval_shape(agent.act, params, obs, jax.random.key(0))
+    action, extras = jax.eval_shape(agent.act, params, obs, jax.random.key(0))
 
     def over_time(x, length=t):
         return jax.ShapeDtypeStruct((length, *x.shape), x.dtype, sharding=sharding)
@@ -59,7 +59,7 @@ def trajectory_shapes(agent: Agent, spec: EnvSpec, params, geo: SebulbaGeometry,
     step = jax.ShapeDtypeStruct((b,), jnp.float32)
     return Trajectory(
         obs=over_time(obs, t + 1),
-        action=over_time(jax.ShapeDtypeStruct((b,), jnp.int32)),
+        action=over_time(action),
         reward=over_time(step),
         discount=over_time(step),
         valid=over_time(jax.ShapeDtypeStruct((b,), jnp.bool_)),

@@ -9,8 +9,9 @@ import pytest
 import envs
 from envs.autoreset import AutoReset
 from envs.cartpole import CartPole
+from envs.base import action_spec
 from envs.catch import Catch
-from podracer.types import EnvSpec
+from podracer.types import Box, EnvSpec
 
 
 def test_catch_rules():
@@ -138,5 +139,56 @@ def test_make_rejects_unknown_names():
         envs.make("pong")
     with pytest.raises(ValueError, match="unknown gymnax environment 'Nope-v0'"):
         envs.make("gymnax:Nope-v0")
-    with pytest.raises(ValueError, match="continuous action space"):
-        envs.make("gymnax:Pendulum-v1")
+
+
+def test_gymnax_continuous_actions_and_time_limits_truncate():
+    env = envs.make("gymnax:Pendulum-v1")
+    assert env.spec.actions == Box((-2.0,), (2.0,)) and not env.spec.discrete and env.max_episode_steps == 200
+    state, _ = jax.vmap(env.reset)(jax.random.split(jax.random.key(0), 3))
+    step = jax.jit(jax.vmap(env.step))
+    discounts, dones, valid = [], [], []
+    for _ in range(201):
+        state, ts = step(state, jnp.ones((3, 1)))
+        discounts.append(ts.discount), dones.append(ts.episode.done), valid.append(ts.valid)
+    # gymnax calls step 200 terminal; here it is a truncation: discount stays 1, the next step only resets.
+    assert np.all(np.stack(discounts) == 1.0)
+    assert np.all(np.stack(dones)[199]) and np.stack(dones)[:199].sum() == 0 and not np.any(valid[200])
+
+
+def test_action_bounds_must_be_finite_and_ordered():
+    with pytest.raises(ValueError, match="must be finite"):
+        Box((-np.inf,), (1.0,))
+    with pytest.raises(ValueError, match="low < high"):
+        Box((1.0, 0.0), (2.0, 0.0))
+    space = gymnasium.spaces.Box(-np.inf, np.inf, (2,))
+    with pytest.raises(ValueError, match="SomeEnv-v0: continuous action bounds must be finite"):
+        action_spec("SomeEnv-v0", space)
+    assert action_spec("x", gymnasium.spaces.Box(-1.0, 1.0, (2,))) == Box((-1.0, -1.0), (1.0, 1.0))
+
+
+def test_brax_environments_terminate_and_truncate_by_the_contract():
+    from envs.brax_adapter import BraxEnv
+
+    env = AutoReset(BraxEnv("inverted_pendulum", episode_length=6))
+    assert env.spec.actions == Box((-1.0,), (1.0,)) and env.spec.observation.shape == (4,)
+    state, _ = jax.vmap(env.reset)(jax.random.split(jax.random.key(0), 2))
+    step = jax.jit(jax.vmap(env.step))
+    # Pushing the cart hard one way tips the pole over within a few steps (termination); doing nothing
+    # keeps it up until the 6-step limit (truncation: bootstrapped, then a reset step).
+    action = jnp.array([[1.0], [0.0]])
+    outcomes = []
+    for _ in range(8):
+        state, ts = step(state, action)
+        outcomes.append(ts)
+    pushed_end = next(t for t, ts in enumerate(outcomes) if ts.episode.done[0])
+    assert outcomes[pushed_end].discount[0] == 0.0 and outcomes[pushed_end].episode.episode_length[0] < 6
+    assert [float(ts.discount[1]) for ts in outcomes] == [1.0] * 8
+    assert bool(outcomes[5].episode.done[1]) and outcomes[5].episode.episode_length[1] == 6
+    assert not bool(outcomes[6].valid[1]) and outcomes[5].episode.episode_return[1] == 6.0
+
+
+def test_brax_names_are_checked():
+    with pytest.raises(ValueError, match="unknown Brax environment 'nope'.*halfcheetah"):
+        envs.make("brax:nope")
+    with pytest.raises(ValueError, match="unknown Brax backend 'warp'"):
+        envs.make("brax:ant:warp")

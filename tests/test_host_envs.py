@@ -6,6 +6,7 @@ import pytest
 import jax
 
 from envs.host import EpisodeState, HostEnv, HostEnvConfig, episode_transitions
+from podracer.types import Box
 
 
 def _transitions(flags):
@@ -113,8 +114,20 @@ def test_atari_preset_layout_clipping_and_episodic_life():
     env.close()
 
 
-def test_unknown_or_continuous_envpool_ids_are_refused():
+def test_unknown_envpool_ids_are_refused():
     with pytest.raises(ValueError, match="unknown envpool environment 'Brekout-v5'"):
         HostEnv("Brekout-v5", 2, 0)
-    with pytest.raises(ValueError, match="continuous action space"):
-        HostEnv("Pendulum-v1", 2, 0)
+
+
+def test_mujoco_tasks_take_float_actions_and_give_float32_observations():
+    env = HostEnv("HalfCheetah-v4", 2, 0)
+    try:
+        assert env.spec.actions == Box((-1.0,) * 6, (1.0,) * 6) and not env.spec.discrete
+        assert env.spec.observation.shape == (17,) and env.spec.observation.dtype == np.float32
+        env.reset()
+        env.send(np.full((2, 6), 0.5, np.float32))
+        step = env.recv()
+        assert step.obs.shape == (2, 17) and np.all(step.reward == step.real_reward)
+        assert not step.terminated.any() and not step.game_over.any()
+    finally:
+        env.close()

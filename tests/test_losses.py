@@ -6,6 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from agents.impala import ImpalaConfig, vtrace_loss
+from agents.policies import CategoricalPolicy
 from agents.ppo import PPOConfig, ppo_loss
 from podracer.parallel import single_replica
 from podracer.types import Trajectory
@@ -47,7 +48,11 @@ def test_ppo_loss_matches_reference_and_ignores_invalid_steps():
         valid=rng.random(n) > 0.25,
     )
     cfg = PPOConfig()
-    loss_fn = single_replica(lambda *xs: ppo_loss(*xs, cfg))
+
+    def loss_fn(logits, values, action, *rest):
+        log_prob, entropy = CategoricalPolicy(a).log_prob_and_entropy(logits, action, {})
+        return single_replica(lambda *xs: ppo_loss(*xs, cfg))(log_prob, entropy, values, *rest)
+
     loss, metrics = loss_fn(*args.values())
     ref_loss, ref_policy, ref_value, ref_entropy = _ppo_reference(*args.values(), cfg)
     np.testing.assert_allclose(loss, ref_loss, rtol=1e-5)
@@ -67,7 +72,7 @@ def test_ppo_value_clipping_is_optional():
     values, target = jnp.arange(n, dtype=jnp.float32), jnp.zeros(n)
     zeros = jnp.zeros(n)
     _, metrics = single_replica(lambda *xs: ppo_loss(*xs, cfg))(
-        jnp.zeros((n, 2)), values, jnp.zeros(n, jnp.int32), jnp.log(jnp.full(n, 0.5)), values + 100.0, zeros, target,
+        jnp.log(jnp.full(n, 0.5)), zeros, values, jnp.log(jnp.full(n, 0.5)), values + 100.0, zeros, target,
         jnp.ones(n, bool),
     )
     np.testing.assert_allclose(metrics["value_loss"], 0.5 * np.mean(np.arange(n) ** 2))
@@ -85,7 +90,8 @@ def test_impala_loss_matches_vtrace_reference():
         discount=np.ones((t, b), np.float32), valid=np.ones((t, b), bool), extras={"log_prob": behaviour_logp},
     )
     cfg = ImpalaConfig(gamma=0.9)
-    loss, metrics = single_replica(lambda l, v, tr: vtrace_loss(l, v, tr, cfg))(logits, values, traj)
+    log_prob, entropy = CategoricalPolicy(a).log_prob_and_entropy(logits, action, {})
+    loss, metrics = single_replica(lambda lp, e, v, tr: vtrace_loss(lp, e, v, tr, cfg))(log_prob, entropy, values, traj)
 
     logp_all = _log_softmax(logits.astype(np.float64))
     logp = np.take_along_axis(logp_all, action[..., None], -1)[..., 0]

@@ -13,9 +13,9 @@ from agents.replay import can_sample, replay_add, replay_init, replay_sample, sa
 from anakin import AnakinConfig, train
 from experiments.presets import ANAKIN_PRESETS, SEBULBA_PRESETS
 from podracer.parallel import device_mesh, shard_map, single_replica
-from podracer.types import BatchShape, EnvSpec, Trajectory
+from podracer.types import BatchShape, Discrete, EnvSpec, Trajectory
 
-SPEC = EnvSpec(jax.ShapeDtypeStruct((4,), jnp.float32), 3)
+SPEC = EnvSpec(jax.ShapeDtypeStruct((4,), jnp.float32), Discrete(3))
 
 
 @pytest.mark.slow
