@@ -27,12 +27,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from envs.base import action_spec
-from podracer.config import knob
+from podracer.config import flag_name, knob
 from podracer.types import EnvSpec, EpisodeStats
 
 ATARI_FRAME_SKIP = 4
 ATARI_MAX_EPISODE_FRAMES = 108_000
 STICKY_ACTION_PROBABILITY = 0.25
+ATARI_KNOBS = ("sticky_actions", "episodic_life", "reward_clip")  # HostEnvConfig fields that only Atari reads
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,6 +142,12 @@ class HostEnv:
         if env_id not in envpool.list_all_envs():
             raise ValueError(f"unknown envpool environment {env_id!r} (see envpool.list_all_envs(), e.g. Breakout-v5, CartPole-v1)")
         self.atari = is_atari(env_id)
+        if not self.atari:
+            changed = [f.name for f in dataclasses.fields(config)
+                       if f.name in ATARI_KNOBS and getattr(config, f.name) != f.default]
+            if changed:
+                verb = "applies" if len(changed) == 1 else "apply"
+                raise ValueError(f"{', '.join(map(flag_name, changed))} {verb} to Atari games; {env_id} is not one")
         options = dict(num_envs=num_envs, batch_size=num_envs, seed=seed, num_threads=num_threads)
         if self.atari:
             options.update(

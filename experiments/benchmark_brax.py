@@ -4,7 +4,10 @@
     python experiments/benchmark_brax.py --quick    # one repeat, a shorter run
 
 Needs the brax extra (``pip install ".[brax]"``). Both sides train the same
-Brax environment (raw, time limit 1000 steps, timeouts bootstrapped) with the
+Brax environment (time limit 1000 steps; Brax's trainer masks the truncated
+step out of its advantages, podracer bootstraps it; Brax's
+``bootstrap_on_timeout`` is left off: it reads ``info["time_out"]``, which
+halfcheetah lacks and inverted_pendulum sets on every fall) with the
 same batch (envs x unroll, one unroll per update), epochs, minibatches,
 learning rate, discount, GAE, clipping, entropy cost, observation
 normalisation and network: separate 64-64 tanh MLPs for policy and value, a
@@ -106,7 +109,7 @@ def _brax(env: str, backend: str, num_envs: int, steps: int) -> dict:
         num_minibatches=s["num_minibatches"], num_updates_per_batch=s["num_epochs"],
         learning_rate=s["learning_rate"], entropy_cost=s["entropy_coef"], discounting=s["gamma"],
         gae_lambda=s["gae_lambda"], clipping_epsilon=s["clip_eps"], max_grad_norm=s["max_grad_norm"],
-        normalize_observations=True, bootstrap_on_timeout=True, network_factory=network,
+        normalize_observations=True, network_factory=network,
         num_evals=CHECKPOINTS + 1, num_eval_envs=128, seed=0, progress_fn=progress,
     )
     steady = statistics.median(epochs[1:]) if len(epochs) > 1 else epochs[0]

@@ -315,12 +315,19 @@ def run_plot(argv: list[str]) -> int:
     parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories holding metrics.jsonl")
     parser.add_argument("--out", default=None, help="output PNG (default: RUN_DIR/returns.png for one run, else returns.png)")
     parser.add_argument("--metric", default="episode_return", help="metric to draw (default: %(default)s)")
+    parser.add_argument("--aggregate", choices=("none", "mean", "iqm"), default="none",
+                        help="one curve per algorithm and env over its runs and seeds: the mean or the interquartile "
+                             "mean, with 95%% stratified bootstrap intervals, and the final scores; the numbers go "
+                             "to a .json beside the PNG (default: %(default)s, a curve per run)")
     args = parser.parse_args(argv)
-    from podracer.plot import plot_runs
+    from podracer.plot import plot_aggregate, plot_runs
 
     out = args.out or (f"{args.run_dirs[0].rstrip('/')}/returns.png" if len(args.run_dirs) == 1 else "returns.png")
     try:
-        print(plot_runs(args.run_dirs, out, args.metric))
+        if args.aggregate == "none":
+            print(plot_runs(args.run_dirs, out, args.metric))
+        else:
+            print(plot_aggregate(args.run_dirs, out, args.metric, args.aggregate))
     except (FileNotFoundError, ValueError) as error:
         print(f"podracer plot: error: {error}", file=sys.stderr)
         return 2

@@ -1,10 +1,17 @@
-"""``podracer plot``: episode return against env steps and against seconds, for one or more runs."""
+"""``podracer plot``: episode return against env steps and against seconds, for one or more runs, or
+aggregated over seeds (mean or IQM with bootstrap intervals)."""
 
 from __future__ import annotations
 
+import json
 import os
 
+import numpy as np
+
+from podracer.aggregate import ESTIMATORS, bootstrap
 from podracer.runlog import METRICS_FILE, read_records
+
+FINAL_WINDOWS = 3  # a run's final score: the mean of its last log windows
 
 
 def read_metrics(run_dir: str) -> list[dict]:
@@ -40,3 +47,92 @@ def plot_runs(run_dirs: list[str], out: str, metric: str = "episode_return") -> 
     fig.savefig(out, dpi=120)
     plt.close(fig)
     return out
+
+
+def _seed_curves(run_dir: str, metric: str) -> list[tuple[np.ndarray, np.ndarray]]:
+    """``(env_steps, values)`` per seed of ``run_dir`` (a run of several seeds logs ``<metric>_per_seed``)."""
+    records = read_metrics(run_dir)
+    per_seed = [r for r in records if r.get(f"{metric}_per_seed") is not None]
+    if per_seed:
+        steps = np.array([r["env_steps"] for r in per_seed], np.float64)
+        values = np.array([r[f"{metric}_per_seed"] for r in per_seed], np.float64)  # [points, seeds]
+        return [(steps, values[:, i]) for i in range(values.shape[1])]
+    records = [r for r in records if r.get(metric) is not None]
+    if not records:
+        raise ValueError(f"{run_dir} logged no {metric!r} yet")
+    return [(np.array([r["env_steps"] for r in records], np.float64), np.array([r[metric] for r in records]))]
+
+
+def _group(run_dir: str) -> str:
+    """Runs of one algorithm on one environment form a group: ``architecture agent env`` from config.json."""
+    try:
+        with open(os.path.join(run_dir, "config.json")) as f:
+            config = json.load(f)
+        return f"{config.get('architecture', '?')} {config.get('agent', '?')} {config.get('env', '?')}"
+    except (OSError, ValueError):
+        return os.path.basename(os.path.normpath(run_dir))
+
+
+def aggregate_runs(run_dirs: list[str], metric: str = "episode_return", estimator: str = "iqm",
+                   reps: int = 2000) -> dict:
+    """Every group's curve and final score over its runs (and seeds): the estimate and its 95% interval.
+
+    Curves are compared on the first run's log steps, up to where the shortest
+    run ends (other runs are interpolated there). Returns JSON-ready
+    ``{group: {"runs", "env_steps", "point", "low", "high", "final": {...}}}``.
+    """
+    if estimator not in ESTIMATORS:
+        raise ValueError(f"unknown aggregate {estimator!r}: choose one of {sorted(ESTIMATORS)}")
+    groups: dict[str, list] = {}
+    for run_dir in run_dirs:
+        groups.setdefault(_group(run_dir), []).extend((run_dir, curve) for curve in _seed_curves(run_dir, metric))
+    result = {}
+    for name, curves in groups.items():
+        end = min(steps[-1] for _, (steps, _) in curves)
+        grid = curves[0][1][0][curves[0][1][0] <= end]
+        scores = np.stack([np.interp(grid, steps, values) for _, (steps, values) in curves])  # [runs, points]
+        finals = np.stack([values[steps <= end][-FINAL_WINDOWS:].mean() for _, (steps, values) in curves])
+        curve, final = bootstrap(scores, estimator, reps), bootstrap(finals[:, None], estimator, reps)
+        result[name] = {
+            "runs": [run_dir for run_dir, _ in curves], "estimator": estimator, "metric": metric,
+            "env_steps": grid.tolist(), "point": curve.point.tolist(), "low": curve.low.tolist(),
+            "high": curve.high.tolist(),
+            "final": {"point": float(final.point[0]), "low": float(final.low[0]), "high": float(final.high[0]),
+                      "per_run": finals.tolist(), "windows": FINAL_WINDOWS},
+        }
+    return result
+
+
+def plot_aggregate(run_dirs: list[str], out: str, metric: str = "episode_return", estimator: str = "iqm") -> str:
+    """Draws each group's aggregate curve with its 95% band into ``out`` (PNG) and writes the numbers beside it
+    (``out`` with ``.json``); returns the two paths."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    groups = aggregate_runs(run_dirs, metric, estimator)
+    fig, (curves, finals) = plt.subplots(1, 2, figsize=(11, 4), constrained_layout=True,
+                                         gridspec_kw={"width_ratios": [3, 1]})
+    for i, (name, g) in enumerate(groups.items()):
+        label = f"{name} ({len(g['runs'])} runs)"
+        curves.plot(g["env_steps"], g["point"], label=label)
+        curves.fill_between(g["env_steps"], g["low"], g["high"], alpha=0.25)
+        final = g["final"]
+        finals.errorbar([i], [final["point"]], yerr=[[final["point"] - final["low"]], [final["high"] - final["point"]]],
+                        fmt="o", capsize=4)
+    what = f"{estimator.upper() if estimator == 'iqm' else estimator} {metric.replace('_', ' ')}"
+    curves.set_xlabel("environment steps (per seed)")
+    curves.set_ylabel(f"{what} (95% bootstrap interval)")
+    curves.legend(fontsize="small")
+    finals.set_xticks(range(len(groups)), [str(i) for i in range(len(groups))])
+    finals.set_xlabel("group (legend order)")
+    finals.set_ylabel(f"final {what} (last {FINAL_WINDOWS} windows)")
+    for axis in (curves, finals):
+        axis.grid(alpha=0.3)
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    numbers = os.path.splitext(out)[0] + ".json"
+    with open(numbers, "w") as f:
+        json.dump(groups, f, indent=1)
+    return f"{out}\n{numbers}"

@@ -114,9 +114,11 @@ def test_atari_preset_layout_clipping_and_episodic_life():
     env.close()
 
 
-def test_unknown_envpool_ids_are_refused():
+def test_unknown_envpool_ids_and_atari_flags_elsewhere_are_refused():
     with pytest.raises(ValueError, match="unknown envpool environment 'Brekout-v5'"):
         HostEnv("Brekout-v5", 2, 0)
+    with pytest.raises(ValueError, match="--sticky-actions, --reward-clip apply to Atari games; HalfCheetah-v4"):
+        HostEnv("HalfCheetah-v4", 2, 0, HostEnvConfig(sticky_actions=True, reward_clip=False))
 
 
 def test_mujoco_tasks_take_float_actions_and_give_float32_observations():
