@@ -113,10 +113,23 @@ def make_act(parts: ActorCriticParts):
     """Samples from the policy: actions ``[B, ...]``, extras with the behaviour log-probability ``[B]``."""
 
     def act(params: ActingParams, obs: jax.Array, key: jax.Array):
-        out = parts.network.apply(params.network, _observe(params.obs_moments, obs), method=ActorCritic.policy)
-        return parts.policy.sample(out, key)
+        return parts.policy.sample(_policy_out(parts, params, obs), key)
 
     return act
+
+
+def make_act_greedy(parts: ActorCriticParts):
+    """The most likely action (discrete) or the Gaussian's mean in the bounds (continuous), ``[B, ...]``."""
+
+    def act_greedy(params: ActingParams, obs: jax.Array, key: jax.Array):
+        del key
+        return parts.policy.greedy(_policy_out(parts, params, obs))
+
+    return act_greedy
+
+
+def _policy_out(parts: ActorCriticParts, params: ActingParams, obs: jax.Array):
+    return parts.network.apply(params.network, _observe(params.obs_moments, obs), method=ActorCritic.policy)
 
 
 def prepare_batch(parts: ActorCriticParts, state: LearnerState, traj: Trajectory) -> tuple[LearnerState, Trajectory]:

@@ -76,4 +76,5 @@ def make_impala(config: ImpalaConfig, spec: EnvSpec, shape: BatchShape = BatchSh
         actor_params=actor_critic.actor_params,
         act=actor_critic.make_act(parts),
         learn=learn,
+        act_greedy=actor_critic.make_act_greedy(parts),
     )

@@ -83,12 +83,13 @@ class MuZeroState(NamedTuple):
 
 
 class MuZeroAgent(NamedTuple):
-    """An :class:`Agent` (its first four fields) that also exposes its search, for masks and tests."""
+    """An :class:`Agent` (its first five fields) that also exposes its search, for masks and tests."""
 
     init: Callable[[jax.Array], "MuZeroState"]
     actor_params: Callable[["MuZeroState"], Params]
     act: Callable[[Params, jax.Array, jax.Array], tuple[jax.Array, dict]]
     learn: Callable[["MuZeroState", Trajectory, jax.Array], tuple["MuZeroState", dict]]
+    act_greedy: Callable[[Params, jax.Array, jax.Array], jax.Array]
     search: Callable[..., mctx.PolicyOutput]  # (params, obs [B, ...], key, invalid_actions [B, A] | None)
 
 
@@ -355,5 +356,9 @@ def make_muzero(config: MuZeroConfig, spec: EnvSpec, shape: BatchShape = BatchSh
         metrics["replay_ready"] = ready.astype(jnp.float32)
         return MuZeroState(params, target, opt_state, replay, state.update + 1, steps), metrics
 
-    agent = Agent(init=init, actor_params=lambda state: state.params, act=act, learn=learn)
+    def act_greedy(params, obs, key):
+        """The action the search weighs most (its improved policy's mode)."""
+        return jnp.argmax(search(params, obs, key).action_weights, axis=-1).astype(jnp.int32)
+
+    agent = Agent(init=init, actor_params=lambda state: state.params, act=act, learn=learn, act_greedy=act_greedy)
     return MuZeroAgent(*agent, search=search)

@@ -56,6 +56,9 @@ class CategoricalPolicy:
         log_prob = jnp.take_along_axis(jax.nn.log_softmax(logits), action[:, None], axis=-1)[:, 0]
         return action, {"log_prob": log_prob}
 
+    def greedy(self, logits: jax.Array) -> jax.Array:
+        return jnp.argmax(logits, axis=-1).astype(jnp.int32)
+
     def log_prob_and_entropy(self, logits: jax.Array, action: jax.Array, extras: dict) -> tuple[jax.Array, jax.Array]:
         """``logits [..., A]`` and ``action [...]``: log-probability and entropy, both ``[...]``."""
         del extras
@@ -113,6 +116,10 @@ class GaussianPolicy:
         if self.config.action_bounds == "tanh":
             return self.low + (jnp.tanh(sample) + 1.0) * (0.5 * (self.high - self.low))
         return jnp.clip(sample, self.low, self.high)
+
+    def greedy(self, out) -> jax.Array:
+        """The Gaussian's mean, mapped into the bounds."""
+        return self.to_bounds(out[0])
 
     def sample(self, out, key: jax.Array) -> tuple[jax.Array, dict]:
         sample, log_prob = self.distribution(out).sample_and_log_prob(seed=key)

@@ -129,4 +129,5 @@ def make_ppo(config: PPOConfig, spec: EnvSpec, shape: BatchShape = BatchShape())
         actor_params=actor_critic.actor_params,
         act=actor_critic.make_act(parts),
         learn=learn,
+        act_greedy=actor_critic.make_act_greedy(parts),
     )

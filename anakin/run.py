@@ -17,9 +17,12 @@ import envs
 from agents import make_agent
 from anakin.config import AnakinConfig, geometry, loop_on_device
 from anakin.program import anakin_mesh, make_anakin
+from anakin.evaluate import AnakinEvaluator
+from podracer import evaluation
 from podracer.checkpoint import CheckpointConfig
 from podracer.checkpoint import settings_fingerprint
 from podracer.driver import Program, RunOptions, RunResult, drive, no_report, nothing_in_the_background
+from podracer.evaluation import EvalConfig
 from podracer.parallel import fetch_replicated
 from podracer.types import Agent, BatchShape
 
@@ -44,6 +47,7 @@ def train(
     quiet: bool = False,
     checkpoint: CheckpointConfig = CheckpointConfig(),
     resume: bool = False,
+    evaluation: EvalConfig = EvalConfig(),
 ) -> RunResult:
     """Trains ``agent_name`` on ``env_name`` with Anakin; see ``podracer anakin --help``.
 
@@ -54,7 +58,8 @@ def train(
     shape = BatchShape(geo.num_updates, geo.rollout_len, geo.envs_per_lane)
     agent = make_agent(agent_name, agent_config, env.spec, shape)
     about = {"agent": agent_name, "env": env_name, "agent_config": dataclasses.asdict(agent_config)}
-    return train_agent(agent, env, config, about, run_dir=run_dir, quiet=quiet, checkpoint=checkpoint, resume=resume)
+    return train_agent(agent, env, config, about, run_dir=run_dir, quiet=quiet, checkpoint=checkpoint, resume=resume,
+                       evaluation=evaluation)
 
 
 def anakin_fingerprint(about: dict, config: AnakinConfig, num_devices: int) -> dict:
@@ -66,14 +71,17 @@ def train_agent(agent: Agent, env, config: AnakinConfig, about: dict | None = No
     """Runs any :class:`Agent` on an auto-resetting jittable ``env``; ``about`` goes into ``config.json``.
 
     ``options`` are :class:`podracer.driver.RunOptions`' fields: ``run_dir``,
-    ``quiet``, ``checkpoint`` (a :class:`CheckpointConfig`) and ``resume``.
+    ``quiet``, ``checkpoint`` (a :class:`CheckpointConfig`), ``resume`` and
+    ``evaluation`` (an :class:`EvalConfig`).
 
     Checkpoints (every ``checkpoint.checkpoint_every`` updates, on SIGINT/SIGTERM
     and at the end) hold the whole runner state: parameters, optimiser state,
     environment states, keys and counters, so a resumed run ends with exactly the
     parameters of an uninterrupted one. Only process 0 logs.
     """
-    return drive(anakin_program(agent, env, config, about or {}), RunOptions(**options))
+    options = RunOptions(**options)
+    evaluation.check(options.evaluation)
+    return drive(anakin_program(agent, env, config, about or {}), options)
 
 
 def anakin_program(agent: Agent, env, config: AnakinConfig, about: dict) -> Program:
@@ -120,4 +128,7 @@ def anakin_program(agent: Agent, env, config: AnakinConfig, about: dict) -> Prog
         describe=lambda window, record: {},
         report=no_report,
         interrupt=threading.Event(),
+        make_evaluator=lambda eval_config: (  # only process 0 logs, so only it evaluates
+            AnakinEvaluator(agent, env, eval_config, config.seed, geo.steps_per_update)
+            if jax.process_index() == 0 else None),
     )

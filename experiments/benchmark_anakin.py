@@ -61,10 +61,10 @@ def worker(args) -> None:
     config = AnakinConfig(num_envs=args.num_envs, rollout_len=ROLLOUT_LEN, total_env_steps=steps,
                           num_devices=args.devices, log_interval=steps // 20)
     if args.mode == "train":
-        result = train("ppo", PPOConfig(), "cartpole", config, quiet=True)
+        result = train("ppo", PPOConfig(), "cartpole", config, quiet=True, evaluation=bench_process.NO_EVALUATION)
     else:
         env = envs.make("cartpole")
-        result = train_agent(make_random_policy(env.spec), env, config, quiet=True)
+        result = train_agent(make_random_policy(env.spec), env, config, quiet=True, evaluation=bench_process.NO_EVALUATION)
     print("BENCH " + json.dumps({
         "mode": args.mode, "devices": args.devices, "num_envs": args.num_envs, "env_steps": result.env_steps,
         "compile_s": round(result.compile_seconds, 2), "train_s": round(result.train_seconds, 3),

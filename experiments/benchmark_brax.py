@@ -66,7 +66,8 @@ def _podracer(env: str, backend: str, num_envs: int, steps: int) -> dict:
     batch = num_envs * s["rollout_len"]
     config = AnakinConfig(num_envs=num_envs, rollout_len=s["rollout_len"], total_env_steps=steps,
                           log_interval=max(batch, steps // CHECKPOINTS), num_devices=1)
-    result = train("ppo", agent_config, f"brax:{env}:{backend}", config, quiet=True)
+    result = train("ppo", agent_config, f"brax:{env}:{backend}", config, quiet=True,
+                   evaluation=bench_process.NO_EVALUATION)
     return {"sps": result.env_steps / result.train_seconds, "compile_s": result.compile_seconds,
             "env_steps": result.env_steps,
             "curve": [(r["env_steps"], r.get("episode_return")) for r in result.records]}

@@ -52,7 +52,7 @@ def _sebulba(env_id: str, envs_per_thread: int, simulations: int, updates: int) 
                            rollout_len=rollout, total_env_steps=updates * envs_per_thread * rollout,
                            log_interval=updates * envs_per_thread * rollout)
     agent_config = MuZeroConfig(num_simulations=simulations, replay_capacity=200, batch_size=64)
-    result = train("muzero", agent_config, env_id, config, quiet=True)
+    result = train("muzero", agent_config, env_id, config, quiet=True, evaluation=bench_process.NO_EVALUATION)
     return {"sps": result.env_steps / result.train_seconds, "fps": result.frames / result.train_seconds,
             "timings": result.timings, "train_s": result.train_seconds}
 

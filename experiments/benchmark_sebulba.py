@@ -69,7 +69,7 @@ def _actors(env_id: str, num_envs: int, threads: int, rollouts: int, actor_threa
     env_config = HostEnvConfig(env_threads=threads)
     agent = make_ppo(PPOConfig(shared_torso=is_atari(env_id)), env_spec(env_id, env_config), batch_shape(config))
     agent = agent._replace(learn=lambda state, trajectory, key: (state, {"loss": jnp.float32(0.0)}))
-    records = train_agent(agent, env_id, config, env_config, quiet=True).records
+    records = train_agent(agent, env_id, config, env_config, quiet=True, evaluation=bench_process.NO_EVALUATION).records
     first, last = records[0], records[-1]
     seconds = last["time"] - first["time"]
     timings = {name: last[f"time_{name}"] - first[f"time_{name}"] for name in ("env_step", "inference", "transfer")}
@@ -88,7 +88,7 @@ def _train(env_id: str, agent: str, envs_per_thread: int, actor_devices: str, le
     config = SebulbaConfig(actor_devices=actor_devices, learner_devices=learner_devices, actor_threads=actor_threads,
                            envs_per_thread=envs_per_thread, rollout_len=rollout_len, total_env_steps=steps,
                            log_interval=steps)
-    result = train(agent, agent_config, env_id, config, quiet=True)
+    result = train(agent, agent_config, env_id, config, quiet=True, evaluation=bench_process.NO_EVALUATION)
     # Steady state: the last update's rate (the first ones include warm-up of every actor thread).
     return {"sps": result.env_steps / result.train_seconds, "fps": result.frames / result.train_seconds,
             "compile_s": result.compile_seconds, "timings": result.timings, "train_s": result.train_seconds}

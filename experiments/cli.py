@@ -22,6 +22,7 @@ from anakin.config import AnakinConfig
 from envs.host import HostEnvConfig
 from experiments.presets import ANAKIN_PRESETS, DEFAULT_ANAKIN_PRESET, DEFAULT_SEBULBA_PRESET, SEBULBA_PRESETS
 from podracer.checkpoint import CheckpointConfig
+from podracer.evaluation import EvalConfig
 from podracer.config import add_flags, flag_name, from_flags, given_flags, round_up
 from podracer.distributed import CoordinatorUnreachable, say_goodbye
 from podracer.errors import NonFiniteLossError
@@ -65,7 +66,7 @@ ANAKIN = Architecture(
     ANAKIN_PRESETS, DEFAULT_ANAKIN_PRESET,
     "catch, cartpole, gymnax:<id> (e.g. gymnax:Breakout-MinAtar, gymnax:Pendulum-v1) or brax:<name>[:<backend>] "
     "(e.g. brax:ant; needs the brax extra)",
-    (("Anakin", AnakinConfig), ("checkpoints", CheckpointConfig)),
+    (("Anakin", AnakinConfig), ("checkpoints", CheckpointConfig), ("evaluation", EvalConfig)),
     "num_envs", _anakin_batch_multiple,
 )
 SEBULBA = Architecture(
@@ -74,7 +75,8 @@ SEBULBA = Architecture(
     "a data-parallel learner on learner devices.",
     SEBULBA_PRESETS, DEFAULT_SEBULBA_PRESET,
     "an envpool id, e.g. CartPole-v1, Breakout-v5, Pong-v5",
-    (("Sebulba", SebulbaConfig), ("host environments", HostEnvConfig), ("checkpoints", CheckpointConfig)),
+    (("Sebulba", SebulbaConfig), ("host environments", HostEnvConfig), ("checkpoints", CheckpointConfig),
+     ("evaluation", EvalConfig)),
     "envs_per_thread", _sebulba_batch_multiple,
 )
 SAVED_GROUPS = {"Anakin": "anakin", "Sebulba": "sebulba", "host environments": "host_env"}  # in config.json
@@ -211,7 +213,8 @@ def _train_anakin(args, agent_config, run_dir):
 
     config = from_flags(AnakinConfig, args)
     result = train(args.agent, agent_config, args.env, config, run_dir, quiet=args.quiet,
-                   checkpoint=from_flags(CheckpointConfig, args), resume=args.resume is not None)
+                   checkpoint=from_flags(CheckpointConfig, args), resume=args.resume is not None,
+                   evaluation=from_flags(EvalConfig, args))
     sps = result.env_steps * config.num_seeds / max(result.train_seconds, 1e-9)
     return result, f"sps={sps:.0f}", result.stopped_by
 
@@ -221,7 +224,7 @@ def _train_sebulba(args, agent_config, run_dir):
 
     result = train(args.agent, agent_config, args.env, from_flags(SebulbaConfig, args), from_flags(HostEnvConfig, args),
                    run_dir=run_dir, quiet=args.quiet, checkpoint=from_flags(CheckpointConfig, args),
-                   resume=args.resume is not None)
+                   resume=args.resume is not None, evaluation=from_flags(EvalConfig, args))
     seconds = max(result.train_seconds, 1e-9)
     rates = f"sps={result.env_steps / seconds:.0f} fps={result.frames / seconds:.0f}"
     return result, rates, result.stopped_by
@@ -293,6 +296,7 @@ def run_architecture(arch: Architecture, argv: list[str]) -> int:
     print(
         f"RESULT architecture={arch.name} agent={args.agent} env={args.env} env_steps={result.env_steps} "
         f"episode_return={final.get('episode_return')} {rates} compile_s={result.compile_seconds:.1f}"
+        + (f" eval_return={result.evaluation['eval_return']}" if result.evaluation else "")
         + (f" stopped_by={stopped_by}" if stopped_by else "")
     )
     return SIGNAL_EXIT_CODES.get(stopped_by, 0)

@@ -11,6 +11,8 @@ advance by some updates) and the driver does the rest, the same way for both:
   TensorBoard, a progress line), the architecture adding its own fields;
 * checkpoints when due (:class:`podracer.checkpoint.Checkpointer`), on a stop
   and at the end;
+* evaluations every ``--eval-every`` env steps and at the end
+  (:mod:`podracer.evaluation`), added to the next record;
 * SIGINT/SIGTERM: every process agrees, before each step, whether any process
   was signalled, so all stop after the same update;
 * one message for a non-finite loss, naming the update and the seed.
@@ -29,6 +31,7 @@ import numpy as np
 from podracer.checkpoint import CheckpointConfig, Checkpointer, restore
 from podracer.distributed import any_process
 from podracer.errors import NonFiniteLossError
+from podracer.evaluation import EvalConfig, Evaluator
 from podracer.runlog import RunLog, Timer
 from podracer.signals import StopRequested, stop_on_signals
 
@@ -70,6 +73,7 @@ class Program(NamedTuple):
         fields for a record that already holds the shared ones.
       report: ``(this segment's train seconds) -> (seconds per component, a last message or None)``.
       interrupt: an event the architecture's blocking waits watch; set when the run stops.
+      make_evaluator: ``(EvalConfig) -> Evaluator`` (see :mod:`podracer.evaluation`); None: no evaluation.
     """
 
     banner: str
@@ -88,6 +92,7 @@ class Program(NamedTuple):
     describe: Callable[[StepStats, dict], dict]
     report: Callable[[float], tuple[dict, str | None]]
     interrupt: threading.Event
+    make_evaluator: Callable[[EvalConfig], Evaluator] | None = None
 
 
 class RunResult(NamedTuple):
@@ -99,6 +104,7 @@ class RunResult(NamedTuple):
     frames: int  # env_steps x frame-skip
     timings: dict  # seconds per component where the architecture measures them (Sebulba)
     stopped_by: str | None = None  # the signal that stopped the run early (a checkpoint was written)
+    evaluation: dict | None = None  # the final evaluation's record fields (None: none ran)
 
 
 class RunOptions(NamedTuple):
@@ -108,6 +114,7 @@ class RunOptions(NamedTuple):
     quiet: bool = False
     checkpoint: CheckpointConfig = CheckpointConfig()
     resume: bool = False
+    evaluation: EvalConfig = EvalConfig()
 
 
 def even_windows(num_updates: int, interval_updates: float) -> int:
@@ -183,6 +190,12 @@ class _Run:
         self.resumed_seconds = self.seconds
         self.checkpointer = Checkpointer(options.run_dir, program.fingerprint, options.checkpoint, first_update)
         self.pace = Pace(program.updates_per_step)
+        evaluation = options.evaluation
+        self.evaluator = program.make_evaluator(evaluation) if program.make_evaluator and evaluation.eval_episodes \
+            else None
+        # Evaluations fall on whole updates: every ceil(eval_every / steps per update) of them.
+        self.eval_updates = -(-evaluation.eval_every // program.steps_per_update) if evaluation.eval_every else 0
+        self.final_evaluation = None
 
     @property
     def seconds(self) -> float:
@@ -191,6 +204,15 @@ class _Run:
 
     def save(self, state) -> None:
         self.checkpointer.save(self.done, state, {"update": self.done, "time": self.seconds})
+
+    def updates_until_evaluation(self) -> int | float:
+        return self.eval_updates - self.done % self.eval_updates if self.evaluator and self.eval_updates else np.inf
+
+    def evaluate_if_due(self, state) -> None:
+        if self.evaluator is None:
+            return
+        if self.done == self.program.num_updates or (self.eval_updates and self.done % self.eval_updates == 0):
+            self.evaluator.request(state, self.done)
 
     def write(self, window: StepStats, updates: int, seconds: float) -> None:
         program, steps = self.program, updates * self.program.steps_per_update
@@ -203,6 +225,11 @@ class _Run:
             **episode_means(window),
             **{key: float(np.mean(value)) / updates for key, value in window.metrics.items()},
         }
+        if self.evaluator is not None:
+            evaluated = self.evaluator.collect(wait=self.done == program.num_updates)
+            record.update(evaluated)
+            if evaluated and self.done == program.num_updates:
+                self.final_evaluation = evaluated
         self.log.write({**record, **program.describe(window, record)})
 
     def loop(self, state, step, requested: threading.Event):
@@ -217,7 +244,7 @@ class _Run:
                 break
             to_window_end = program.updates_per_window - self.done % program.updates_per_window
             n = min(self.pace.updates(), program.num_updates - self.done, to_window_end,
-                    self.checkpointer.updates_until_due(self.done))
+                    self.checkpointer.updates_until_due(self.done), self.updates_until_evaluation())
             try:
                 with self.clock.time(TRAINING):
                     state, stats = step(state, self.done, n)
@@ -228,6 +255,7 @@ class _Run:
             _check_finite(stats, self.done, program.seed)
             self.done += n
             window, window_updates = _add(window, stats), window_updates + n
+            self.evaluate_if_due(state)
             if self.done % program.updates_per_window == 0 or self.done == program.num_updates:
                 self.write(window, window_updates, self.seconds - window_start)
                 window, window_updates, window_start = None, 0, self.seconds
@@ -298,7 +326,12 @@ def _finish(run: _Run, state, compile_seconds: float, caught: list[str] | None) 
         rate += f", {frames / max(seconds, 1e-9):,.0f} frames/s"
     run.log.message(f"done: {steps:,} env steps{' per seed' if program.num_seeds > 1 else ''} in {seconds:.1f}s "
                     f"({rate} after a {compile_seconds:.1f}s compile)")
-    return RunResult(state, run.log.records, compile_seconds, seconds, steps, frames, timings, stopped_by)
+    final = run.final_evaluation
+    if final:
+        run.log.message(f"evaluation: return {final['eval_return']:.4g} ± {final['eval_return_stderr']:.2g} (standard "
+                        f"error) over {final['eval_episodes']} episodes, min {final['eval_return_min']:.4g}, "
+                        f"max {final['eval_return_max']:.4g}")
+    return RunResult(state, run.log.records, compile_seconds, seconds, steps, frames, timings, stopped_by, final)
 
 
 @contextlib.contextmanager

@@ -178,6 +178,7 @@ class RunLog:
             f"env steps {steps:,}/{self.total_env_steps:,} ({100 * min(fraction, 1.0):.0f}%)",
             f"{sps:,.0f} steps/s" if sps else "- steps/s",
             f"return {_fmt(record.get('episode_return'))}",
+            *([f"eval {_fmt(record['eval_return'])}"] if "eval_return" in record else []),
             f"loss {_fmt(record.get('loss'))}",
             f"ETA {eta}",
         ]

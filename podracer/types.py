@@ -177,9 +177,13 @@ class Agent(NamedTuple):
         and averages gradients over :data:`podracer.parallel.DATA_AXES`, so the
         architecture must bind both axis names. ``key`` is the same on every
         replica. Metrics are scalars.
+      act_greedy: ``(params, obs[B, ...], key) -> action[B, ...]``: the action the
+        agent rates best, for evaluation (the most likely action, the
+        Gaussian's mean, the search's most visited action); ``None`` if it has none.
     """
 
     init: Callable[[PRNGKey], LearnerState]
     actor_params: Callable[[LearnerState], Params]
     act: Callable[[Params, ArrayTree, PRNGKey], tuple[Array, ArrayTree]]
     learn: Callable[[LearnerState, Trajectory, PRNGKey], tuple[LearnerState, Metrics]]
+    act_greedy: Callable[[Params, ArrayTree, PRNGKey], Array] | None = None

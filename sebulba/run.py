@@ -20,6 +20,7 @@ from jax.sharding import NamedSharding
 
 from agents import make_agent
 from envs.host import HostEnv, HostEnvConfig
+from podracer import evaluation
 from podracer.checkpoint import latest_update
 from podracer.checkpoint import settings_fingerprint
 from podracer.config import check_knobs
@@ -37,6 +38,7 @@ from podracer.signals import StopRequested
 from podracer.types import Agent, BatchShape, EnvSpec, Trajectory
 from sebulba.actor import Actor, ActorShared, Rollout, make_actor_program
 from sebulba.config import SebulbaGeometry, SebulbaConfig, default_env_threads, geometry, topology
+from sebulba.evaluate import SebulbaEvaluator
 from sebulba.lifecycle import ThreadGroup
 from sebulba.params import ParamsStore
 
@@ -106,7 +108,8 @@ def train(agent_name: str, agent_config, env_id: str, config: SebulbaConfig,
     """Trains ``agent_name`` on the envpool environment ``env_id`` with Sebulba; see ``podracer sebulba --help``.
 
     ``options`` are :class:`podracer.driver.RunOptions`' fields: ``run_dir``,
-    ``quiet``, ``checkpoint`` (a :class:`CheckpointConfig`) and ``resume``.
+    ``quiet``, ``checkpoint`` (a :class:`CheckpointConfig`), ``resume`` and
+    ``evaluation`` (an :class:`EvalConfig`, run in a thread of its own).
     """
     agent = make_agent(agent_name, agent_config, env_spec(env_id, env_config), batch_shape(config))
     about = {"agent": agent_name, "agent_config": dataclasses.asdict(agent_config)}
@@ -128,6 +131,7 @@ def train_agent(agent: Agent, env_id: str, config: SebulbaConfig, env_config: Ho
     if options.resume and options.run_dir is None:
         raise ValueError("resuming needs the run directory that holds the checkpoints")
     check_knobs(env_config)
+    evaluation.check(options.evaluation)
     topo = topology(config)
     geo = geometry(config, topo)
     first_update = (latest_update(options.run_dir) or 0) if options.resume else 0
@@ -193,6 +197,7 @@ class _Sebulba:
         self.queues = [queue.Queue(maxsize=config.queue_size) for _ in host_envs]
         self.timer = Timer()
         self.actors: list[Actor] = []
+        self.evaluator: SebulbaEvaluator | None = None
 
     def program(self) -> Program:
         geo, config, topo = self.geo, self.config, self.topo
@@ -217,8 +222,16 @@ class _Sebulba:
             num_updates=geo.num_updates, updates_per_window=geo.updates_per_log, updates_per_step=1,
             steps_per_update=geo.steps_per_update, frame_skip=self.frame_skip, seed=config.seed, num_seeds=1,
             init=self.init, compile=self.compile, running=self.running, describe=self.describe, report=self.report,
-            interrupt=self.stop,
+            interrupt=self.stop, make_evaluator=self.make_evaluator,
         )
+
+    def make_evaluator(self, eval_config) -> SebulbaEvaluator | None:
+        """The evaluation thread's evaluator, on the first actor device (only process 0 logs, so only it evaluates)."""
+        if jax.process_index() == 0:
+            self.evaluator = SebulbaEvaluator(
+                self.agent, self.about["env"], self.env_config, eval_config, self.topo.actor_devices[0],
+                self.config.seed, self.geo.steps_per_update, self.host_envs[0][0].to_agent_layout, self.stop)
+        return self.evaluator
 
     def init(self):
         return per_device(self.agent.init(jax.random.fold_in(self.key, 0)), self.mesh)
@@ -255,6 +268,8 @@ class _Sebulba:
         ]
         for actor in self.actors:
             self.threads.start(f"actor thread {actor.index} (device {actor.device})", actor.run)
+        if self.evaluator is not None:
+            self.threads.start("evaluation thread", self.evaluator.run)
         try:
             yield
         finally:

@@ -147,3 +147,12 @@ def test_a_torn_last_metrics_line_is_dropped_with_a_warning(tmp_path, capsys):
     path.write_text('{"update": 1}\nnot json\n{"update": 3}\n')
     with pytest.raises(ValueError, match=r"metrics.jsonl: line 2 is not a JSON record"):
         read_records(str(path))
+
+
+def test_evaluation_summary_has_the_standard_error_and_the_seeds():
+    from podracer.evaluation import summary
+
+    fields = summary(np.array([[1.0, 3.0], [5.0, 7.0]]), env_steps=1000)
+    assert fields["eval_return"] == 4.0 and fields["eval_episodes"] == 4 and fields["eval_env_steps"] == 1000
+    np.testing.assert_allclose(fields["eval_return_stderr"], np.std([1, 3, 5, 7], ddof=1) / 2)
+    assert fields["eval_return_per_seed"] == [2.0, 6.0] and (fields["eval_return_min"], fields["eval_return_max"]) == (1, 7)

@@ -16,6 +16,7 @@ from agents import ImpalaConfig, PPOConfig
 from envs.host import HostEnv
 from sebulba.config import SebulbaConfig, geometry, topology
 from sebulba.lifecycle import WorkerFailed
+from podracer.evaluation import EvalConfig
 from podracer.parallel import first_local_replica
 from sebulba.run import train
 
@@ -51,6 +52,21 @@ def test_default_split_puts_actors_on_device_0_and_learners_on_the_rest():
     topo = topology(SebulbaConfig())
     assert topo.actor_devices == (jax.local_devices()[0],)
     assert topo.learner_devices == tuple(jax.local_devices()[1:])
+
+
+@pytest.mark.slow
+def test_evaluation_runs_beside_training_and_at_the_end():
+    """An evaluation thread on the actor device: a request returns at once, its result reaches a later record."""
+    config = SebulbaConfig(actor_devices="0", learner_devices="1", envs_per_thread=16, rollout_len=64,
+                           total_env_steps=100_000, seed=0)
+    result = train("ppo", CARTPOLE_PPO, "CartPole-v1", config, quiet=True,
+                   evaluation=EvalConfig(eval_every=30_000, eval_episodes=4))
+    evaluated = [r for r in result.records if "eval_return" in r]
+    assert len(evaluated) >= 3 and all(r["eval_env_steps"] <= r["env_steps"] for r in evaluated)
+    assert [r["eval_env_steps"] for r in evaluated] == sorted({r["eval_env_steps"] for r in evaluated})
+    assert result.evaluation == {k: v for k, v in result.records[-1].items() if k.startswith("eval_")}
+    assert result.evaluation["eval_env_steps"] == result.env_steps and result.evaluation["eval_episodes"] == 4
+    assert 9 <= result.evaluation["eval_return_min"] <= result.evaluation["eval_return"] <= 500
 
 
 @pytest.mark.slow
@@ -111,7 +127,11 @@ def test_impala_on_atari_gives_finite_losses_and_real_game_scores(tmp_path):
     config = SebulbaConfig(actor_devices="0", learner_devices="1", envs_per_thread=8, rollout_len=20,
                            total_env_steps=8 * 20 * 24, log_interval=8 * 20 * 6, seed=1)
     agent_config = ImpalaConfig(shared_torso=True, max_grad_norm=40.0)
-    result = train("impala", agent_config, "Breakout-v5", config, run_dir=str(tmp_path), quiet=True)
+    # Evaluated as a game (all lives, unclipped score) by sampling: a greedy untrained agent may never press FIRE.
+    evaluation = EvalConfig(eval_episodes=2, eval_policy="sample")
+    result = train("impala", agent_config, "Breakout-v5", config, run_dir=str(tmp_path), quiet=True,
+                   evaluation=evaluation)
+    assert result.evaluation["eval_episodes"] == 2 and result.evaluation["eval_return"] >= 0
     assert len(result.records) == 4
     assert all(np.isfinite(r["loss"]) and np.isfinite(r["value_loss"]) for r in result.records)
     ended = [r for r in result.records if r["episodes"]]

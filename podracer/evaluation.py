@@ -1,0 +1,76 @@
+"""Evaluation on separate environments: its settings, the protocol an architecture implements, the record fields.
+
+The driver asks for an evaluation every ``--eval-every`` env steps and once at
+the end of the run; the architecture runs ``--eval-episodes`` episodes on
+environments of its own (their own seeds, never the training ones) with the
+agent's greedy policy (``Agent.act_greedy``) or its sampling one, and the
+driver adds the result to the next record: ``eval_return`` (the mean over
+episodes and seeds), ``eval_return_stderr``, ``eval_return_min``/``_max``,
+``eval_episodes`` and ``eval_env_steps`` (the env steps the evaluated
+parameters had trained for).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Protocol
+
+import numpy as np
+
+from podracer.config import check_knobs, knob
+from podracer.types import Agent
+
+POLICIES = ("greedy", "sample")
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalConfig:
+    eval_every: int = knob(0, "env steps (per seed) between evaluations on separate environments; 0: only the "
+                           "final one", minimum=0)
+    eval_episodes: int = knob(8, "episodes per evaluation (per seed); 0: no evaluation, not even the final one",
+                              minimum=0)
+    eval_policy: str = knob("greedy", "the agent's best action (greedy: argmax, the Gaussian's mean, the search's "
+                            "most weighted; an agent without Agent.act_greedy samples) or a sample of its policy "
+                            "(sample)", choices=POLICIES)
+
+
+class Evaluator(Protocol):
+    """What an architecture gives the driver to evaluate with."""
+
+    def request(self, state, update: int) -> None:
+        """Evaluates the parameters of ``state`` (after ``update`` updates), now or in the background."""
+
+    def collect(self, wait: bool) -> dict:
+        """Record fields of the evaluations finished since the last call (``{}`` if none); ``wait``: block until
+        every requested one has finished."""
+
+
+def policy(agent: Agent, config: EvalConfig) -> Callable:
+    """``(params, obs[B], key) -> action[B]`` for evaluating ``agent`` (sampling where it has no greedy policy)."""
+    if config.eval_policy == "greedy" and agent.act_greedy is not None:
+        return agent.act_greedy
+    return lambda params, obs, key: agent.act(params, obs, key)[0]
+
+
+def summary(returns: np.ndarray, env_steps: int) -> dict:
+    """Record fields for episode returns ``[seeds, episodes]`` of parameters trained for ``env_steps``."""
+    returns = np.asarray(returns, np.float64)
+    flat = returns.ravel()
+    fields = {
+        "eval_return": float(flat.mean()),
+        "eval_return_stderr": float(flat.std(ddof=1) / np.sqrt(flat.size)) if flat.size > 1 else 0.0,
+        "eval_return_min": float(flat.min()),
+        "eval_return_max": float(flat.max()),
+        "eval_episodes": int(flat.size),
+        "eval_env_steps": int(env_steps),
+    }
+    if returns.shape[0] > 1:
+        fields["eval_return_per_seed"] = returns.mean(axis=1).tolist()
+    return fields
+
+
+def check(config: EvalConfig) -> None:
+    """Refuses settings that cannot evaluate, before anything compiles."""
+    check_knobs(config)
+    if config.eval_every and not config.eval_episodes:
+        raise ValueError("--eval-every needs --eval-episodes of at least 1")

@@ -1,0 +1,105 @@
+"""Sebulba's evaluation: a thread of its own on an actor device, with its own envpool batch, beside training.
+
+On request the learner hands the thread a copy of the acting parameters (on
+the thread's device) and goes on learning; the thread plays
+``--eval-episodes`` games, one per environment, with the greedy or the sampling
+policy, and leaves the result for the next record. A request that arrives
+while an evaluation runs replaces any older one still waiting, so the learner
+never waits for evaluations, except for the final one at the end of the run.
+Atari games are evaluated as games: no life loss ends an episode, rewards are
+not clipped, the score is the game's (sticky actions as configured).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import queue
+import threading
+
+import jax
+import numpy as np
+
+from envs.host import HostEnv, HostEnvConfig
+from podracer import evaluation
+from podracer.evaluation import EvalConfig, summary
+from podracer.parallel import first_local_replica
+from podracer.types import Agent
+
+EVAL_SEED_OFFSET = 1_000_003  # evaluation environments' seeds start here past the run's seed
+
+
+class SebulbaEvaluator:
+    """:class:`podracer.evaluation.Evaluator` running in a thread that :meth:`run` is the target of."""
+
+    def __init__(self, agent: Agent, env_id: str, env_config: HostEnvConfig, config: EvalConfig, device: jax.Device,
+                 seed: int, steps_per_update: int, to_agent_layout, stop: threading.Event):
+        self.agent, self.env_id, self.config, self.device, self.seed = agent, env_id, config, device, seed
+        self.steps_per_update, self.stop = steps_per_update, stop
+        self.env_config = env_config
+        policy = evaluation.policy(agent, config)
+        # Runs where the parameters are: they are put on ``device`` with each request.
+        self.act = jax.jit(lambda params, obs, key: policy(params, to_agent_layout(obs), key))
+        self.requests: queue.Queue = queue.Queue(maxsize=1)
+        self.results: queue.Queue = queue.Queue()
+        self.outstanding = 0  # requested and not yet collected
+
+    def request(self, state, update: int) -> None:
+        params = jax.device_put(first_local_replica(self.agent.actor_params(state)), self.device)
+        try:  # a newer request replaces one still waiting: evaluations never hold the learner up
+            self.requests.get_nowait()
+            self.outstanding -= 1
+        except queue.Empty:
+            pass
+        self.requests.put((update, params))
+        self.outstanding += 1
+
+    def collect(self, wait: bool) -> dict:
+        fields = {}
+        while self.outstanding:
+            try:
+                fields = self.results.get(timeout=0.1) if wait else self.results.get_nowait()
+            except queue.Empty:
+                if not wait or self.stop.is_set():
+                    break
+                continue
+            self.outstanding -= 1
+        return fields
+
+    def run(self) -> None:
+        """The thread: evaluates each request until the run stops."""
+        env_config = self.env_config
+        env = HostEnv(self.env_id, self.config.eval_episodes, self.seed + EVAL_SEED_OFFSET, env_config)
+        if env.atari:
+            env.close()
+            env_config = dataclasses.replace(env_config, episodic_life=False, reward_clip=False)
+            env = HostEnv(self.env_id, self.config.eval_episodes, self.seed + EVAL_SEED_OFFSET, env_config)
+        key = jax.device_put(jax.random.fold_in(jax.random.key(self.seed), EVAL_SEED_OFFSET), self.device)
+        try:
+            while not self.stop.is_set():
+                try:
+                    update, params = self.requests.get(timeout=0.1)
+                except queue.Empty:
+                    continue
+                key, episode_key = jax.random.split(key)
+                returns = self._play(env, params, episode_key)
+                if returns is not None:
+                    self.results.put(summary(returns[None], update * self.steps_per_update))
+        finally:
+            env.close()
+
+    def _play(self, env: HostEnv, params, key) -> np.ndarray | None:
+        """One game per environment: their scores ``[M]``, or None if the run stopped first."""
+        episodes = self.config.eval_episodes
+        obs, score = env.reset(), np.zeros(episodes)
+        final, finished = np.zeros(episodes), np.zeros(episodes, bool)
+        while not finished.all():
+            if self.stop.is_set():
+                return None
+            key, step_key = jax.random.split(key)
+            env.send(np.asarray(self.act(params, obs, step_key)))
+            step = env.recv()
+            score += np.where(finished, 0.0, step.real_reward)
+            ended = step.game_over & ~finished
+            final[ended], finished = score[ended], finished | ended
+            obs = step.obs
+        return final
