@@ -136,7 +136,8 @@ class HostEnv:
       frame_skip: emulator frames per agent step (4 for Atari, else 1).
     """
 
-    def __init__(self, env_id: str, num_envs: int, seed: int, config: HostEnvConfig = HostEnvConfig(), num_threads: int = 1):
+    def __init__(self, env_id: str, num_envs: int, seed: int, config: HostEnvConfig = HostEnvConfig(), num_threads: int = 1,
+                 render: bool = False):
         import envpool
 
         if env_id not in envpool.list_all_envs():
@@ -149,6 +150,8 @@ class HostEnv:
                 verb = "applies" if len(changed) == 1 else "apply"
                 raise ValueError(f"{', '.join(map(flag_name, changed))} {verb} to Atari games; {env_id} is not one")
         options = dict(num_envs=num_envs, batch_size=num_envs, seed=seed, num_threads=num_threads)
+        if render:  # frames for videos (:meth:`render`)
+            options["render_mode"] = "rgb_array"
         if self.atari:
             options.update(
                 episodic_life=config.episodic_life,
@@ -187,6 +190,11 @@ class HostEnv:
         real_reward = info["reward"] if self.atari else reward
         game_over = (info["terminated"].astype(bool) if self.atari else terminated) | truncated
         return HostStep(obs, reward, real_reward, terminated, truncated, game_over)
+
+    def render(self) -> np.ndarray:
+        """``[B, H, W, 3]`` uint8 pictures of the environments (made with ``render=True``; Atari works anywhere,
+        MuJoCo needs an OpenGL context)."""
+        return np.asarray(self.env.render())
 
     def close(self) -> None:
         close = getattr(self.env, "close", None)

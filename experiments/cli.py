@@ -338,17 +338,25 @@ def run_plot(argv: list[str]) -> int:
     return 0
 
 
+def run_eval(argv: list[str]) -> int:
+    from experiments.eval_command import run_eval as evaluate  # imports JAX after it sets the device count
+
+    return evaluate(argv)
+
+
 COMMANDS = {
     "anakin": lambda argv: run_architecture(ANAKIN, argv),
     "sebulba": lambda argv: run_architecture(SEBULBA, argv),
     "presets": run_presets,
     "plot": run_plot,
+    "eval": run_eval,
 }
 SUMMARY = {
     "anakin": "train with Anakin: everything on the devices (see 'podracer anakin --help')",
     "sebulba": "train with Sebulba: envpool on the host, actor and learner devices (see 'podracer sebulba --help')",
     "presets": "list ready-made settings",
     "plot": "draw learning curves of runs",
+    "eval": "evaluate a run's checkpoint and write a video of it playing (see 'podracer eval --help')",
 }
 
 

@@ -161,9 +161,12 @@ def _check_compatible(meta: dict, step: int, run_dir: str, fingerprint: dict) ->
         )
 
 
-def restore(run_dir: str, like: Any, fingerprint: dict) -> tuple[Any, dict] | None:
+def restore(run_dir: str, like: Any, fingerprint: dict, update: int | None = None,
+            repair: bool = True) -> tuple[Any, dict] | None:
     """The newest checkpoint that restores: ``(state, counters)``, or None when there is none yet; ``like``
-    is a state of the right structure and shardings.
+    is a state of the right structure and shardings. ``update`` restores that checkpoint only (a ValueError
+    listing the others if there is none); ``repair=False`` leaves the run directory untouched (for reading a
+    run, not continuing it).
 
     A checkpoint that cannot be read (a damaged file, a missing one) is skipped,
     with a warning that names it and why, for the one before it; folders of
@@ -175,12 +178,18 @@ def restore(run_dir: str, like: Any, fingerprint: dict) -> tuple[Any, dict] | No
     import orbax.checkpoint as ocp
 
     directory = os.path.abspath(os.path.join(run_dir, CHECKPOINT_DIR))
-    _remove_partial_saves(directory)
+    if repair:
+        _remove_partial_saves(directory)
     manager = _manager(run_dir)
     try:
         steps = sorted(manager.all_steps(), reverse=True)
         if not steps:
             return None
+        if update is not None:
+            if update not in steps:
+                raise ValueError(f"{run_dir} has no checkpoint at update {update}; it has "
+                                 f"{', '.join(map(str, sorted(steps)))}")
+            steps = [update]
         abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, like)
         skipped = []
         for step in steps:
@@ -193,7 +202,7 @@ def restore(run_dir: str, like: Any, fingerprint: dict) -> tuple[Any, dict] | No
             except Exception as error:  # noqa: BLE001 - whatever orbax raises for a damaged checkpoint
                 skipped.append(f"update {step} ({_brief(error)})")
                 continue
-            if skipped and jax.process_index() == 0:
+            if skipped and repair and jax.process_index() == 0:
                 _set_aside(run_dir, [s for s in steps if s > step])
                 print(f"warning: skipped the checkpoint(s) that did not restore: {'; '.join(skipped)}; "
                       f"resuming from update {step} (the damaged ones are in {DAMAGED_DIR}/)", file=sys.stderr)

@@ -19,7 +19,7 @@ import threading
 import jax
 import numpy as np
 
-from envs.host import HostEnv, HostEnvConfig
+from envs.host import HostEnv, HostEnvConfig, is_atari
 from podracer import evaluation
 from podracer.evaluation import EvalConfig, summary
 from podracer.parallel import first_local_replica
@@ -65,14 +65,16 @@ class SebulbaEvaluator:
             self.outstanding -= 1
         return fields
 
+    def make_env(self, num_envs: int, render: bool = False) -> HostEnv:
+        """Evaluation environments: seeded apart from training's; Atari as whole games with raw scores."""
+        env_config = self.env_config
+        if is_atari(self.env_id):
+            env_config = dataclasses.replace(env_config, episodic_life=False, reward_clip=False)
+        return HostEnv(self.env_id, num_envs, self.seed + EVAL_SEED_OFFSET, env_config, render=render)
+
     def run(self) -> None:
         """The thread: evaluates each request until the run stops."""
-        env_config = self.env_config
-        env = HostEnv(self.env_id, self.config.eval_episodes, self.seed + EVAL_SEED_OFFSET, env_config)
-        if env.atari:
-            env.close()
-            env_config = dataclasses.replace(env_config, episodic_life=False, reward_clip=False)
-            env = HostEnv(self.env_id, self.config.eval_episodes, self.seed + EVAL_SEED_OFFSET, env_config)
+        env = self.make_env(self.config.eval_episodes)
         key = jax.device_put(jax.random.fold_in(jax.random.key(self.seed), EVAL_SEED_OFFSET), self.device)
         try:
             while not self.stop.is_set():
@@ -81,15 +83,16 @@ class SebulbaEvaluator:
                 except queue.Empty:
                     continue
                 key, episode_key = jax.random.split(key)
-                returns = self._play(env, params, episode_key)
+                returns = self.play(env, params, episode_key)
                 if returns is not None:
                     self.results.put(summary(returns[None], update * self.steps_per_update))
         finally:
             env.close()
 
-    def _play(self, env: HostEnv, params, key) -> np.ndarray | None:
-        """One game per environment: their scores ``[M]``, or None if the run stopped first."""
-        episodes = self.config.eval_episodes
+    def play(self, env: HostEnv, params, key, frames: list | None = None) -> np.ndarray | None:
+        """One game per environment: their scores ``[M]``, or None if the run stopped first; with ``frames``,
+        the first environment's pictures until its game ends are appended there."""
+        episodes = env.num_envs
         obs, score = env.reset(), np.zeros(episodes)
         final, finished = np.zeros(episodes), np.zeros(episodes, bool)
         while not finished.all():
@@ -98,6 +101,8 @@ class SebulbaEvaluator:
             key, step_key = jax.random.split(key)
             env.send(np.asarray(self.act(params, obs, step_key)))
             step = env.recv()
+            if frames is not None and not finished[0]:
+                frames.append(env.render()[0])
             score += np.where(finished, 0.0, step.real_reward)
             ended = step.game_over & ~finished
             final[ended], finished = score[ended], finished | ended

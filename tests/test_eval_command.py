@@ -1,0 +1,59 @@
+"""`podracer eval`: the README's first run evaluated from its checkpoint, a video that decodes, clear refusals."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import imageio.v2 as imageio
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _podracer(*args):
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}  # the run's own device count, not the tests'
+    return subprocess.run([sys.executable, "-m", "experiments.cli", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=600, env=env)
+
+
+@pytest.fixture(scope="module")
+def trained_run(tmp_path_factory):
+    run_dir = str(tmp_path_factory.mktemp("eval") / "cartpole")
+    out = _podracer("anakin", "--total-env-steps", "30000", "--logdir", run_dir, "--quiet")  # the README's first command, shorter
+    assert out.returncode == 0, out.stderr[-2000:]
+    return run_dir
+
+
+@pytest.mark.slow
+def test_eval_prints_the_score_and_writes_a_video_that_decodes(trained_run):
+    video = os.path.join(trained_run, "play.gif")
+    out = _podracer("eval", trained_run, "--episodes", "4", "--video", video)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "over 4 episodes" in out.stdout and "EVAL return=" in out.stdout
+    score = float(out.stdout.split("EVAL return=")[1].split()[0])
+    frames = imageio.mimread(video, memtest=False)
+    assert len(frames) >= 10 and frames[0].shape == (240, 480, 3) and frames[0].std() > 0
+    written = int(out.stdout.split("frames)")[0].rsplit("(", 1)[1])
+    assert 9 <= score <= 500 and 10 <= len(frames) <= written  # a GIF writer may merge repeated frames
+
+
+@pytest.mark.slow
+def test_eval_refuses_bad_input_in_one_line(trained_run, tmp_path):
+    unfinished = str(tmp_path / "unfinished")
+    os.makedirs(unfinished)
+    shutil.copy(os.path.join(trained_run, "config.json"), unfinished)
+    cases = [
+        ((str(tmp_path / "missing"),), "no config.json there"),
+        ((unfinished,), "holds no checkpoint yet"),
+        ((trained_run, "--checkpoint", "7"), "has no checkpoint at update 7; it has"),
+        ((trained_run, "--video", str(tmp_path / "no" / "such" / "dir" / "v.gif")), "cannot write into"),
+        ((trained_run, "--video", str(tmp_path / "v.avi")), "name a .gif or an .mp4"),
+        ((trained_run, "--episodes", "0"), "--episodes must be at least 1"),
+    ]
+    for args, message in cases:
+        out = _podracer("eval", *args)
+        assert out.returncode == 2 and message in out.stderr, (args, out.stderr[-2000:])
+        assert "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr
+    assert json.load(open(os.path.join(trained_run, "config.json")))["env"] == "cartpole"
