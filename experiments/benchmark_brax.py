@@ -161,6 +161,9 @@ def main() -> None:
         returns = [_return_at(runs[side][0]["curve"], end) for side in ("podracer", "brax")]
         lines.append(f"| {env} ({backend}) | {num_envs} | {end:,} | {ours:,.0f} | {theirs:,.0f} | {ours / theirs:.2f}x "
                      f"| {compiles[0]:.1f} / {compiles[1]:.1f} | {returns[0]} / {returns[1]} |")
+    lines += ["", "The returns are not the same measure: podracer's is the mean over the training episodes that ended "
+              "in its last log window (sampled actions; a 1000-step episode ends there only if it began a window "
+              "earlier), Brax's its own evaluation of 128 fresh episodes at the same step count."]
     bench_process.report(lines, args.out)
 
 
