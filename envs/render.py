@@ -1,4 +1,5 @@
-"""Frames for videos of the built-in jittable environments (host-side numpy; see ``podracer eval --video``)."""
+"""Pictures for videos of Anakin's jittable environments (host-side numpy; see ``podracer eval --video``):
+drawn here for catch and cartpole, by gymnax's visualiser for gymnax's environments."""
 
 from __future__ import annotations
 
@@ -6,9 +7,15 @@ import numpy as np
 
 from envs.cartpole import X_LIMIT, CartPole
 from envs.catch import Catch
+from envs.gymnax_adapter import GymnaxEnv
 
 CELL = 24  # pixels per Catch cell
 WIDTH, HEIGHT = 480, 240  # CartPole frames
+GYMNAX_PICTURES = (  # what gymnax's visualiser draws (classic control through gymnasium, which needs pygame)
+    "Acrobot-v1", "CartPole-v1", "Pendulum-v1", "MountainCar-v0", "MountainCarContinuous-v0", "Catch-bsuite",
+    "Asterix-MinAtar", "Breakout-MinAtar", "Freeway-MinAtar", "Seaquest-MinAtar", "SpaceInvaders-MinAtar",
+    "Pong-misc", "PointRobot-misc", "MetaMaze-misc", "FourRooms-misc",
+)
 
 
 def _catch_frame(env: Catch, state) -> np.ndarray:
@@ -34,11 +41,41 @@ def _cartpole_frame(state) -> np.ndarray:
     return frame
 
 
-def frame(env, env_state) -> np.ndarray:
-    """``[H, W, 3]`` uint8 picture of one (unbatched) state of ``env`` (the raw environment, not auto-reset)."""
+def draw(env, states: list) -> list[np.ndarray]:
+    """``[H, W, 3]`` uint8 pictures of unbatched states of ``env`` (the raw environment, not auto-reset)."""
     if isinstance(env, Catch):
-        return _catch_frame(env, env_state)
+        return [_catch_frame(env, state) for state in states]
     if isinstance(env, CartPole):
-        return _cartpole_frame(env_state)
-    raise ValueError(f"no frames are drawn for {type(env).__name__} yet: videos come from catch and cartpole "
-                     "(Anakin) and from envpool's Atari games (Sebulba)")
+        return [_cartpole_frame(state) for state in states]
+    if isinstance(env, GymnaxEnv):
+        return _gymnax_frames(env, states)
+    raise ValueError(f"no pictures are drawn for {type(env).__name__} yet: videos come from catch, cartpole and "
+                     "gymnax's visualiser (Anakin), and from envpool's Atari and classic-control tasks (Sebulba)")
+
+
+def _gymnax_frames(env: GymnaxEnv, states: list) -> list[np.ndarray]:
+    """gymnax's own visualiser (matplotlib), one canvas per state."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from gymnasium.error import DependencyNotInstalled
+    from gymnax.visualize import Visualizer
+
+    name = env.env.name
+    if name not in GYMNAX_PICTURES:
+        raise ValueError(f"gymnax's visualiser draws {', '.join(GYMNAX_PICTURES)}; not {name}")
+    visualizer = Visualizer(env.env, env.params, states)
+    try:
+        visualizer.init()
+        frames = []
+        for i in range(len(states)):
+            visualizer.update(i)
+            visualizer.fig.canvas.draw()
+            frames.append(np.asarray(visualizer.fig.canvas.buffer_rgba())[..., :3].copy())
+        return frames
+    except DependencyNotInstalled:  # classic control is drawn by gymnasium, with pygame
+        raise ValueError(f"gymnax draws {name} through gymnasium, which needs pygame: "
+                         "pip install \"gymnasium[classic_control]\"") from None
+    finally:
+        plt.close(visualizer.fig)

@@ -6,8 +6,8 @@ the architecture's state are rebuilt from it on as many devices as the run had
 (read-only: nothing in the run directory changes), and the parameters play
 ``--episodes`` episodes on evaluation environments (as during training:
 :mod:`podracer.evaluation`). ``--video`` writes the first episode as a GIF, or an
-MP4 where imageio-ffmpeg is installed: drawn frames for catch and cartpole
-(Anakin), envpool's pictures for Atari (Sebulba).
+MP4 where imageio-ffmpeg is installed: drawn frames for catch and cartpole and
+gymnax's visualiser (Anakin), envpool's pictures (Sebulba).
 """
 
 from __future__ import annotations
@@ -105,22 +105,22 @@ def _anakin_frames(agent, env, params, eval_config: EvalConfig, seed: int) -> li
     """One episode of one environment, stepped on the host, its pictures."""
     import jax
 
-    from envs.render import frame
+    from envs.render import draw
     from podracer import evaluation
 
     act = jax.jit(evaluation.policy(agent, eval_config))
     step = jax.jit(env.step)
     key = jax.random.fold_in(jax.random.key(seed), 0x766964)
     state, obs = jax.jit(env.reset)(key)
-    frames = [frame(env.env, state.env_state)]
+    states = [state.env_state]
     for t in range(min(int(env.max_episode_steps), 100_000)):
         action = act(params, obs[None], jax.random.fold_in(key, t))[0]
         state, ts = step(state, action)
         if bool(ts.episode.done) or not bool(ts.valid):
             break
-        frames.append(frame(env.env, state.env_state))
+        states.append(state.env_state)
         obs = ts.obs
-    return frames
+    return draw(env.env, jax.device_get(states))
 
 
 def _sebulba(saved: dict, run_dir: str, update: int | None, eval_config: EvalConfig, video: str | None):
@@ -224,7 +224,7 @@ def run_eval(argv: list[str]) -> int:
         fields, update, frames = evaluate(saved, args.run_dir, args.checkpoint, eval_config, args.video)
         if frames is not None:
             write_video(args.video, frames)
-    except EvalError as error:
+    except ValueError as error:  # EvalError, and what the run's settings or the video cannot do
         print(f"podracer eval: error: {error}", file=sys.stderr)
         return 2
     print(f"{args.run_dir}: {saved['agent']} on {saved['env']}, checkpoint at update {update} "

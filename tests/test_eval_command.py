@@ -57,3 +57,24 @@ def test_eval_refuses_bad_input_in_one_line(trained_run, tmp_path):
         assert out.returncode == 2 and message in out.stderr, (args, out.stderr[-2000:])
         assert "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr
     assert json.load(open(os.path.join(trained_run, "config.json")))["env"] == "cartpole"
+
+
+def test_pictures_for_videos_of_anakin_environments():
+    import jax
+
+    import envs
+    from envs.render import draw
+
+    for name, shape in (("catch", (240, 120, 3)), ("cartpole", (240, 480, 3)), ("gymnax:Breakout-MinAtar", None)):
+        env = envs.make(name)
+        state, _ = env.reset(jax.random.key(0))
+        states = [state.env_state]
+        for _ in range(3):
+            state, _ = env.step(state, jax.numpy.int32(1))
+            states.append(state.env_state)
+        frames = draw(env.env, jax.device_get(states))
+        assert len(frames) == 4 and frames[0].dtype == "uint8" and frames[0].ndim == 3
+        assert shape is None or frames[0].shape == shape
+        assert any((a != b).any() for a, b in zip(frames, frames[1:]))  # the pictures follow the states
+    with pytest.raises(ValueError, match="no pictures are drawn for BraxEnv"):
+        draw(envs.make("brax:inverted_pendulum").env, [None])
