@@ -222,6 +222,9 @@ def run_eval(argv: list[str]) -> int:
             raise EvalError(f"{args.run_dir} holds a run of unknown architecture {saved['architecture']!r}")
         eval_config = EvalConfig(eval_episodes=args.episodes, eval_policy=args.policy)
         fields, update, frames = evaluate(saved, args.run_dir, args.checkpoint, eval_config, args.video)
+        if not fields["eval_episodes"]:
+            raise EvalError("no episode ended within the step limit of an evaluation (an environment without "
+                            "a time limit)")
         if frames is not None:
             write_video(args.video, frames)
     except ValueError as error:  # EvalError, and what the run's settings or the video cannot do

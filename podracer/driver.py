@@ -327,7 +327,7 @@ def _finish(run: _Run, state, compile_seconds: float, caught: list[str] | None) 
     run.log.message(f"done: {steps:,} env steps{' per seed' if program.num_seeds > 1 else ''} in {seconds:.1f}s "
                     f"({rate} after a {compile_seconds:.1f}s compile)")
     final = run.final_evaluation
-    if final:
+    if final and final["eval_episodes"]:
         run.log.message(f"evaluation: return {final['eval_return']:.4g} ± {final['eval_return_stderr']:.2g} (standard "
                         f"error) over {final['eval_episodes']} episodes, min {final['eval_return_min']:.4g}, "
                         f"max {final['eval_return_max']:.4g}")
