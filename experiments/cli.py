@@ -7,7 +7,6 @@ lists IMPALA's; a ``--preset`` fills in defaults that explicit flags override.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import re
@@ -26,7 +25,7 @@ from podracer.evaluation import EvalConfig
 from podracer.config import add_flags, flag_name, from_flags, given_flags, round_up
 from podracer.distributed import CoordinatorUnreachable, say_goodbye
 from podracer.errors import NonFiniteLossError
-from podracer.runlog import CONFIG_FILE
+from podracer.runlog import CONFIG_FILE, read_run_config
 from sebulba.config import SebulbaConfig, topology
 from sebulba.lifecycle import WorkerFailed
 
@@ -141,17 +140,14 @@ def _preset_defaults(arch: Architecture, preset: dict) -> dict:
 
 def _resumed_defaults(arch: Architecture, run_dir: str) -> dict:
     """The saved run's settings, as defaults: ``--resume DIR`` alone continues it unchanged."""
-    path = os.path.join(run_dir, CONFIG_FILE)
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"--resume {run_dir}: no {CONFIG_FILE} there, so no run to resume")
     try:
-        with open(path) as f:
-            saved = json.load(f)
-        architecture = saved["architecture"]
-        settings = {"agent": saved["agent"], "env": saved["env"], "agent_config": saved["agent_config"]}
-    except (json.JSONDecodeError, KeyError, TypeError) as error:
-        raise ValueError(f"--resume {run_dir}: {path} does not hold a podracer run's settings "
-                         f"({type(error).__name__}: {error})") from None
+        saved = read_run_config(run_dir)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"--resume {run_dir}: no {CONFIG_FILE} there, so no run to resume") from None
+    except ValueError as error:
+        raise ValueError(f"--resume {run_dir}: {error}") from None
+    architecture = saved["architecture"]
+    settings = {"agent": saved["agent"], "env": saved["env"], "agent_config": saved["agent_config"]}
     if architecture != arch.name:
         raise ValueError(f"--resume {run_dir}: it holds a {architecture} run; continue it with "
                          f"'podracer {architecture} --resume {run_dir}'")

@@ -14,14 +14,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
 import sys
 import threading
 
 from podracer.evaluation import POLICIES, EvalConfig
 
-CONFIG_FILE = "config.json"
 VIDEO_FPS = 15
 
 
@@ -30,15 +28,12 @@ class EvalError(ValueError):
 
 
 def _saved_config(run_dir: str) -> dict:
-    path = os.path.join(run_dir, CONFIG_FILE)
-    if not os.path.isfile(path):
-        raise EvalError(f"{run_dir}: no {CONFIG_FILE} there, so no podracer run to evaluate")
+    from podracer.runlog import CONFIG_FILE, read_run_config
+
     try:
-        with open(path) as f:
-            saved = json.load(f)
-        saved["architecture"], saved["agent"], saved["env"], saved["agent_config"]  # noqa: B018 - all needed
-    except (json.JSONDecodeError, KeyError, TypeError) as error:
-        raise EvalError(f"{path} does not hold a podracer run's settings ({type(error).__name__}: {error})") from None
+        saved = read_run_config(run_dir)
+    except FileNotFoundError:
+        raise EvalError(f"{run_dir}: no {CONFIG_FILE} there, so no podracer run to evaluate") from None
     if saved.get("processes", 1) > 1:
         raise EvalError(f"{run_dir} ran as {saved['processes']} processes; podracer eval reads single-process runs")
     return saved

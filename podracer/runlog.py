@@ -191,6 +191,25 @@ class RunLog:
             self._metrics_file = None
 
 
+def read_run_config(run_dir: str) -> dict:
+    """A run directory's saved settings (``config.json``).
+
+    Raises FileNotFoundError if there is none, and ValueError if it does not
+    hold a podracer run's settings (architecture, agent, env, agent_config).
+    """
+    path = os.path.join(run_dir, CONFIG_FILE)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"no {CONFIG_FILE} in {run_dir}")
+    try:
+        with open(path) as f:
+            saved = json.load(f)
+        for key in ("architecture", "agent", "env", "agent_config"):
+            saved[key]  # noqa: B018 - each must be there
+    except (json.JSONDecodeError, KeyError, TypeError) as error:
+        raise ValueError(f"{path} does not hold a podracer run's settings ({type(error).__name__}: {error})") from None
+    return saved
+
+
 def resident_memory_mb() -> float:
     """This process's resident memory in MiB (Linux; elsewhere the peak so far)."""
     try:
