@@ -9,10 +9,10 @@ import subprocess
 import sys
 from typing import Callable
 
-from podracer.evaluation import EvalConfig
+from podracer.evaluation import OFF
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-NO_EVALUATION = EvalConfig(eval_episodes=0)  # benchmarks time training; a final evaluation only adds wall time
+NO_EVALUATION = OFF  # benchmarks time training; a final evaluation only adds wall time
 
 
 def parser(doc: str) -> argparse.ArgumentParser:

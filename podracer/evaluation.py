@@ -34,6 +34,9 @@ class EvalConfig:
                             "(sample)", choices=POLICIES)
 
 
+OFF = EvalConfig(eval_episodes=0)  # no evaluation at all (benchmarks, and tests of something else)
+
+
 class Evaluator(Protocol):
     """What an architecture gives the driver to evaluate with."""
 

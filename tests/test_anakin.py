@@ -10,6 +10,7 @@ import pytest
 import envs
 from agents import PPOConfig
 from anakin import AnakinConfig, NonFiniteLossError, anakin_mesh, geometry, make_anakin, train, train_agent
+from podracer.evaluation import OFF as NO_EVALUATION  # training is what these tests look at
 from podracer.types import Agent
 
 SMALL_PPO = dataclasses.replace(PPOConfig(), num_epochs=2, num_minibatches=2, learning_rate=1e-3)
@@ -21,7 +22,7 @@ def _params(result):
 
 
 def _train(config, agent_config=SMALL_PPO, env="catch", agent="ppo"):
-    return train(agent, agent_config, env, config, run_dir=None, quiet=True)
+    return train(agent, agent_config, env, config, run_dir=None, quiet=True, evaluation=NO_EVALUATION)
 
 
 def _assert_close(a, b, **tol):
@@ -103,7 +104,7 @@ def test_a_non_finite_loss_stops_the_run_naming_the_update(update_loop):
     config = AnakinConfig(num_envs=8, rollout_len=4, total_env_steps=8 * 4 * 20, log_interval=8 * 4 * 5,
                           update_loop=update_loop)
     with pytest.raises(NonFiniteLossError, match=r"non-finite at update 7 \(seed 0\)"):
-        train_agent(_nan_agent(bad_update=7), envs.make("catch"), config, quiet=True)
+        train_agent(_nan_agent(bad_update=7), envs.make("catch"), config, quiet=True, evaluation=NO_EVALUATION)
 
 
 def test_a_run_that_failed_at_its_first_update_leaves_its_directory_reusable(tmp_path):
@@ -111,9 +112,11 @@ def test_a_run_that_failed_at_its_first_update_leaves_its_directory_reusable(tmp
 
     config = AnakinConfig(num_envs=8, rollout_len=4, total_env_steps=8 * 4 * 4, num_devices=1)
     with pytest.raises(NonFiniteLossError, match="update 1"):
-        train_agent(_nan_agent(bad_update=1), envs.make("catch"), config, run_dir=str(tmp_path), quiet=True)
+        train_agent(_nan_agent(bad_update=1), envs.make("catch"), config, run_dir=str(tmp_path), quiet=True,
+                    evaluation=NO_EVALUATION)
     assert not run_started(str(tmp_path))  # config.json only: no record, no checkpoint
-    result = train_agent(_nan_agent(bad_update=1000), envs.make("catch"), config, run_dir=str(tmp_path), quiet=True)
+    result = train_agent(_nan_agent(bad_update=1000), envs.make("catch"), config, run_dir=str(tmp_path), quiet=True,
+                         evaluation=NO_EVALUATION)
     assert result.records[-1]["update"] == 4 and run_started(str(tmp_path))
 
 

@@ -18,11 +18,12 @@ from anakin import AnakinConfig, train
 from experiments.cli import main
 from experiments.presets import ANAKIN_PRESETS
 from podracer.distributed import CoordinatorUnreachable, initialize
+from podracer.evaluation import OFF as NO_EVALUATION  # training is what these tests look at
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PRESET = ANAKIN_PRESETS["catch_ppo"]
 FLAGS = ["--preset", "catch_ppo", "--num-devices", "2", "--total-env-steps", "150000", "--log-interval", "4096",
-         "--checkpoint-every", "8"]
+         "--checkpoint-every", "8", "--eval-episodes", "0"]
 CONFIG = AnakinConfig(**{**PRESET["anakin"], "total_env_steps": 150_000, "log_interval": 4096}, num_devices=2)
 
 
@@ -55,8 +56,9 @@ def test_sigterm_then_resume_gives_the_uninterrupted_parameters_and_gapless_metr
     assert stopped and stopped[-1]["update"] < 147  # it really stopped mid-way
     assert glob.glob(os.path.join(run_dir, "checkpoints", str(stopped[-1]["update"])))
 
-    resumed = train("ppo", PPOConfig(**PRESET["agent_config"]), "catch", CONFIG, run_dir, quiet=True, resume=True)
-    reference = train("ppo", PPOConfig(**PRESET["agent_config"]), "catch", CONFIG, quiet=True)
+    resumed = train("ppo", PPOConfig(**PRESET["agent_config"]), "catch", CONFIG, run_dir, quiet=True, resume=True,
+                    evaluation=NO_EVALUATION)
+    reference = train("ppo", PPOConfig(**PRESET["agent_config"]), "catch", CONFIG, quiet=True, evaluation=NO_EVALUATION)
     jax.tree.map(np.testing.assert_array_equal, _params(resumed.state), _params(reference.state))
 
     records = [json.loads(line) for line in open(os.path.join(run_dir, "metrics.jsonl"))]
@@ -77,14 +79,15 @@ def test_observation_statistics_resume_bit_exactly(tmp_path):
     config = AnakinConfig(**{**preset["anakin"], "total_env_steps": 100_000, "log_interval": 8192}, num_devices=2)
     run_dir = str(tmp_path / "stopped")
     flags = ["--preset", "pendulum_ppo", "--num-devices", "2", "--total-env-steps", "100000", "--log-interval",
-             "8192", "--checkpoint-every", "4", "--logdir", run_dir]
+             "8192", "--checkpoint-every", "4", "--eval-episodes", "0", "--logdir", run_dir]
     assert _sigterm_after_progress(_cli(*flags), lines=2) == 143
     stopped = [json.loads(line) for line in open(os.path.join(run_dir, "metrics.jsonl"))]
     assert stopped and stopped[-1]["env_steps"] < 90_000
 
     agent_config = PPOConfig(**preset["agent_config"])
-    resumed = train("ppo", agent_config, preset["env"], config, run_dir, quiet=True, resume=True)
-    reference = train("ppo", agent_config, preset["env"], config, quiet=True)
+    resumed = train("ppo", agent_config, preset["env"], config, run_dir, quiet=True, resume=True,
+                    evaluation=NO_EVALUATION)
+    reference = train("ppo", agent_config, preset["env"], config, quiet=True, evaluation=NO_EVALUATION)
     learner = lambda result: jax.tree.map(lambda x: np.asarray(x.addressable_data(0)), result.state.learner)
     moments = learner(reference).obs_moments
     assert moments.count == reference.records[-1]["env_steps"]  # every observation learnt from, on both devices

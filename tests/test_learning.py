@@ -12,6 +12,7 @@ import pytest
 from agents import ImpalaConfig, PPOConfig
 from anakin import AnakinConfig, train
 from experiments.presets import ANAKIN_PRESETS
+from podracer.evaluation import OFF as NO_EVALUATION  # training is what most of these tests look at
 from podracer.evaluation import EvalConfig
 
 
@@ -19,7 +20,8 @@ def _run_preset(name, **overrides):
     preset = ANAKIN_PRESETS[name]
     agent_config = {"ppo": PPOConfig, "impala": ImpalaConfig}[preset["agent"]](**preset["agent_config"])
     config = dataclasses.replace(AnakinConfig(**preset["anakin"]), **overrides)
-    return train(preset["agent"], agent_config, overrides.pop("env", preset["env"]), config, run_dir=None, quiet=True)
+    return train(preset["agent"], agent_config, overrides.pop("env", preset["env"]), config, run_dir=None, quiet=True,
+                 evaluation=NO_EVALUATION)
 
 
 def _final_return(result, last=3):
@@ -73,7 +75,8 @@ def test_the_gymnax_adapter_trains_on_a_gymnax_environment():
     0.997/0.999/0.999 and first pass 0.9 at 92k/72k/72k steps: 2.2x the budget the slowest seed needs."""
     preset = ANAKIN_PRESETS["catch_ppo"]
     config = AnakinConfig(**preset["anakin"], num_devices=1)
-    result = train("ppo", PPOConfig(**preset["agent_config"]), "gymnax:Catch-bsuite", config, run_dir=None, quiet=True)
+    result = train("ppo", PPOConfig(**preset["agent_config"]), "gymnax:Catch-bsuite", config, run_dir=None, quiet=True,
+                   evaluation=NO_EVALUATION)
     assert result.records[0]["episode_return"] < 0.0  # a random policy loses most catches
     assert _final_return(result) >= 0.9
 

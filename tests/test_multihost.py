@@ -17,6 +17,7 @@ from anakin import AnakinConfig, train
 from anakin.run import anakin_fingerprint
 from experiments.presets import ANAKIN_PRESETS
 from podracer.checkpoint import restore
+from podracer.evaluation import OFF as NO_EVALUATION  # training is what these tests look at
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PRESET = ANAKIN_PRESETS["catch_ppo"]
@@ -51,7 +52,7 @@ def test_two_processes_end_with_the_parameters_of_one_process_with_eight_devices
 
     config = AnakinConfig(**{**PRESET["anakin"], "total_env_steps": STEPS})
     agent_config = PPOConfig(**PRESET["agent_config"])
-    single = train("ppo", agent_config, "catch", config, quiet=True)
+    single = train("ppo", agent_config, "catch", config, quiet=True, evaluation=NO_EVALUATION)
     about = {"agent": "ppo", "env": "catch", "agent_config": dataclasses.asdict(agent_config)}
     state, counters = restore(run_dir, single.state, anakin_fingerprint(about, config, 8))
     assert counters["update"] == single.records[-1]["update"]

@@ -13,6 +13,7 @@ from agents.replay import can_sample, replay_add, replay_init, replay_sample, sa
 from anakin import AnakinConfig, train
 from experiments.presets import ANAKIN_PRESETS, SEBULBA_PRESETS
 from podracer.parallel import device_mesh, shard_map, single_replica
+from podracer.evaluation import OFF as NO_EVALUATION  # training is what these tests look at
 from podracer.types import BatchShape, Discrete, EnvSpec, Trajectory
 
 SPEC = EnvSpec(jax.ShapeDtypeStruct((4,), jnp.float32), Discrete(3))
@@ -146,7 +147,7 @@ def test_anakin_muzero_learns_catch():
     of 0.8 (90% of balls caught while the search still explores) leaves 0.15 and 80k steps of margin."""
     preset = ANAKIN_PRESETS["catch_muzero"]
     result = train("muzero", MuZeroConfig(**preset["agent_config"]), "catch",
-                   AnakinConfig(**preset["anakin"], num_devices=1, seed=0), quiet=True)
+                   AnakinConfig(**preset["anakin"], num_devices=1, seed=0), quiet=True, evaluation=NO_EVALUATION)
     returns = [r["episode_return"] for r in result.records]
     assert returns[0] < 0.0 and np.mean(returns[-3:]) >= 0.8, returns
 
@@ -177,6 +178,7 @@ def test_sebulba_muzero_reaches_300_on_envpool_cartpole_within_250k_steps():
     preset = SEBULBA_PRESETS["cartpole_muzero"]["fit"](8, 2)
     config = SebulbaConfig(**preset["sebulba"], actor_devices="0", learner_devices="1", seed=0)
     assert config.total_env_steps == 250_000  # the budget this test states
-    result = sebulba_train("muzero", MuZeroConfig(**preset["agent_config"]), "CartPole-v1", config, quiet=True)
+    result = sebulba_train("muzero", MuZeroConfig(**preset["agent_config"]), "CartPole-v1", config, quiet=True,
+                           evaluation=NO_EVALUATION)
     returns = [r["episode_return"] for r in result.records if r["episode_return"] is not None]
     assert np.mean(returns[-3:]) >= 300, returns

@@ -16,6 +16,7 @@ from agents import ImpalaConfig, PPOConfig
 from envs.host import HostEnv
 from sebulba.config import SebulbaConfig, geometry, topology
 from sebulba.lifecycle import WorkerFailed
+from podracer.evaluation import OFF as NO_EVALUATION  # training is what most of these tests look at
 from podracer.evaluation import EvalConfig
 from podracer.parallel import first_local_replica
 from sebulba.run import train
@@ -80,7 +81,8 @@ def test_ppo_runs_halfcheetah_with_a_gaussian_policy():
 
     fitted = SEBULBA_PRESETS["halfcheetah_ppo"]["fit"](2, os.cpu_count())
     config = SebulbaConfig(actor_devices="0", learner_devices="1", seed=0, **fitted["sebulba"])
-    result = train("ppo", PPOConfig(**fitted["agent_config"]), "HalfCheetah-v4", config, quiet=True)
+    result = train("ppo", PPOConfig(**fitted["agent_config"]), "HalfCheetah-v4", config, quiet=True,
+                   evaluation=NO_EVALUATION)
     returns = [r["episode_return"] for r in result.records]
     assert returns[0] < 0 and np.mean(returns[-3:]) >= 1500, returns
     moments = first_local_replica(result.state).obs_moments
@@ -94,7 +96,7 @@ def test_ppo_learns_envpool_cartpole_with_one_actor_and_one_learner_device():
     holds only ~30 episodes); the bar of 350 leaves 20% below the worst."""
     config = SebulbaConfig(actor_devices="0", learner_devices="1", envs_per_thread=16, rollout_len=64,
                            total_env_steps=300_000, seed=0)
-    result = train("ppo", CARTPOLE_PPO, "CartPole-v1", config, quiet=True)
+    result = train("ppo", CARTPOLE_PPO, "CartPole-v1", config, quiet=True, evaluation=NO_EVALUATION)
     returns = [r["episode_return"] for r in result.records]
     assert returns[0] < 100 and np.mean(returns[-5:]) >= 350, returns
     assert result.env_steps >= 300_000 and result.frames == result.env_steps
@@ -113,7 +115,8 @@ def test_an_agent_built_by_hand_trains_with_sebulba_through_the_public_api(tmp_p
     spec = env_spec("CartPole-v1")
     assert spec.num_actions == 2 and spec.observation.shape == (4,)
     agent = make_ppo(CARTPOLE_PPO, spec, batch_shape(config))
-    result = train_agent(agent, "CartPole-v1", config, run_dir=str(tmp_path), quiet=True, about={"agent": "my-ppo"})
+    result = train_agent(agent, "CartPole-v1", config, run_dir=str(tmp_path), quiet=True, about={"agent": "my-ppo"},
+                         evaluation=NO_EVALUATION)
     assert result.env_steps == 768 and [r["update"] for r in result.records] == [2, 4, 6]
     saved = json.load(open(tmp_path / "config.json"))
     assert (saved["agent"], saved["env"], saved["architecture"]) == ("my-ppo", "CartPole-v1", "sebulba")
@@ -148,7 +151,8 @@ def test_impala_on_atari_gives_finite_losses_and_real_game_scores(tmp_path):
 def _reproducible(learner_devices="1", **overrides):
     config = SebulbaConfig(actor_devices="0", learner_devices=learner_devices, envs_per_thread=8, rollout_len=16,
                            total_env_steps=8 * 16 * 6, sync="reproducible", seed=4, **overrides)
-    return train("ppo", dataclasses.replace(CARTPOLE_PPO, num_minibatches=1), "CartPole-v1", config, quiet=True)
+    return train("ppo", dataclasses.replace(CARTPOLE_PPO, num_minibatches=1), "CartPole-v1", config, quiet=True,
+                 evaluation=NO_EVALUATION)
 
 
 def test_reproducible_mode_gives_identical_parameters():
@@ -183,7 +187,7 @@ def test_a_failing_actor_thread_stops_the_run_with_its_traceback(monkeypatch):
                            total_env_steps=10_000_000)
     start = time.perf_counter()
     with pytest.raises(WorkerFailed, match="actor thread 0.*simulated emulator crash") as failure:
-        train("ppo", CARTPOLE_PPO, "CartPole-v1", config, quiet=True)
+        train("ppo", CARTPOLE_PPO, "CartPole-v1", config, quiet=True, evaluation=NO_EVALUATION)
     assert time.perf_counter() - start < 60
     assert isinstance(failure.value.__cause__, OSError)
     assert "flaky_recv" in "".join(__import__("traceback").format_tb(failure.value.__cause__.__traceback__))
