@@ -55,6 +55,14 @@ def episode_returns(agent: Agent, env, config: EvalConfig):
     return run
 
 
+def seed_learners(state):
+    """Every seed's learner state ``[seeds, ...]`` from a runner state, on this process's first device.
+
+    The runner state's leaves are ``[devices, seeds, lanes, ...]``; every lane and device holds the same learner.
+    """
+    return jax.tree.map(lambda x: x.addressable_shards[0].data[0, :, 0], state.learner)
+
+
 class AnakinEvaluator:
     """:class:`podracer.evaluation.Evaluator` for Anakin's runner state (evaluates at once, on request)."""
 
@@ -65,8 +73,7 @@ class AnakinEvaluator:
         self.finished: dict = {}
 
     def request(self, state, update: int) -> None:
-        # Leaves are [devices, seeds, lanes, ...]; every lane and device holds the same learner state.
-        local = jax.tree.map(lambda x: x.addressable_shards[0].data[0, :, 0], state.learner)
+        local = seed_learners(state)
         returns, finished = jax.device_get(self.run(self.agent.actor_params(local), jax.random.fold_in(self.key, update)))
         env_steps = update * self.steps_per_update
         if finished.all():

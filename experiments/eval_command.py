@@ -73,7 +73,7 @@ def _anakin(saved: dict, run_dir: str, update: int | None, eval_config: EvalConf
     import envs
     from agents import make_agent
     from anakin.config import AnakinConfig, geometry
-    from anakin.evaluate import AnakinEvaluator
+    from anakin.evaluate import AnakinEvaluator, seed_learners
     from anakin.run import anakin_program
     from podracer.checkpoint import restore
     from podracer.types import BatchShape
@@ -91,7 +91,7 @@ def _anakin(saved: dict, run_dir: str, update: int | None, eval_config: EvalConf
     evaluator.request(state, counters["update"])
     frames = None
     if video:
-        local = jax.tree.map(lambda x: x.addressable_shards[0].data[0, 0, 0], state.learner)
+        local = jax.tree.map(lambda x: x[0], seed_learners(state))  # the first seed's
         frames = _anakin_frames(agent, env, agent.actor_params(local), eval_config, config.seed)
     return evaluator.collect(wait=True), counters["update"], frames
 
