@@ -26,6 +26,7 @@ from podracer.config import add_flags, flag_name, from_flags, given_flags, round
 from podracer.distributed import CoordinatorUnreachable, say_goodbye
 from podracer.errors import NonFiniteLossError
 from podracer.runlog import CONFIG_FILE, read_run_config
+from podracer.signals import route_signals_to_main_thread
 from sebulba.config import SebulbaConfig, topology
 from sebulba.lifecycle import WorkerFailed
 
@@ -357,6 +358,7 @@ SUMMARY = {
 
 
 def main(argv: list[str] | None = None) -> int:
+    as_program = argv is None  # the podracer command itself, not a call from Python (tests, notebooks)
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
         print(f"{DESCRIPTION}\n\nusage: podracer {{{','.join(COMMANDS)}}} ...\n")
@@ -367,6 +369,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"\npodracer: error: unknown command {argv[0]!r}", file=sys.stderr)
         return 0 if known else 2
     previous = signal.signal(signal.SIGTERM, _interrupt)  # a run's driver takes the signals over while it runs
+    if as_program:
+        route_signals_to_main_thread()  # before JAX starts the threads a signal must not land on
     try:
         return COMMANDS[argv[0]](argv[1:])
     except KeyboardInterrupt as interrupt:  # a signal before a run caught its signals

@@ -276,3 +276,35 @@ def test_checkpoints_fall_due_by_updates_and_by_minutes():
     assert not Checkpointer(None, {}, CheckpointConfig()).due(10**6)  # only on signals and at the end
     with pytest.raises(ValueError, match="--checkpoint-keep"):
         Checkpointer(None, {}, CheckpointConfig(checkpoint_keep=0))
+
+
+ROUTING_PROBE = """
+import os, signal, sys, threading, time
+from podracer.signals import route_signals_to_main_thread
+handled = []
+signal.signal(signal.SIGTERM, lambda signum, frame: handled.append(threading.current_thread() is threading.main_thread()))
+before = set(os.listdir("/proc/self/task"))
+route_signals_to_main_thread()
+import jax
+jax.block_until_ready(jax.jit(lambda x: x + 1)(jax.numpy.ones(1000)))  # XLA starts its thread pools here
+def blocks(tid):
+    mask = int(next(l for l in open(f"/proc/self/task/{tid}/status") if l.startswith("SigBlk")).split()[1], 16)
+    return all(mask >> (s - 1) & 1 for s in (signal.SIGINT, signal.SIGTERM))
+watcher = {str(t.native_id) for t in threading.enumerate() if t.name == "podracer-signals"}
+new = set(os.listdir("/proc/self/task")) - before - watcher  # the watcher takes them (sigwait unblocks them)
+os.kill(os.getpid(), signal.SIGTERM)
+deadline = time.time() + 5
+while not handled and time.time() < deadline:
+    time.sleep(0.01)
+print(len(watcher), len(new), sum(map(blocks, new)), handled)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_signals_never_land_on_xla_threads_and_reach_the_main_thread():
+    # A SIGTERM that the kernel handed to an XLA worker thread hung `podracer anakin` at startup (7 of 25 tries).
+    out = subprocess.run([sys.executable, "-c", ROUTING_PROBE], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    watchers, new, blocking, handled = out.stdout.split(maxsplit=3)
+    assert watchers == "1" and int(new) >= 2 and blocking == new  # every other thread started since blocks both
+    assert handled.strip() == "[True]"  # and the handler ran once, in the main thread
