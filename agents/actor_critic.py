@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import optax
 
 from agents import normalization
-from agents.networks import TORSOS, ActorCritic, make_torso, resolve_torso
+from agents.networks import ACTIVATIONS, TORSOS, ActorCritic, make_torso, resolve_torso
 from agents.normalization import RunningMoments
 from agents.policies import CategoricalPolicy, GaussianConfig, GaussianPolicy, make_policy
 from podracer.config import check_knobs, flag_name, knob
@@ -31,6 +31,7 @@ class ActorCriticConfig(GaussianConfig):
     value_coef: float = knob(0.5, "weight of the value loss")
     torso: str = knob("auto", f"network torso, one of {TORSOS}; auto: MLP for vectors, conv for images")
     hidden_sizes: tuple[int, ...] = knob((64, 64), "MLP torso layer sizes")
+    activation: str = knob("tanh", "MLP torso activation", choices=tuple(ACTIVATIONS))
     shared_torso: bool = knob(False, "actor and critic share one torso (else each has its own)")
     normalize_observations: bool = knob(False, "standardise vector observations by running statistics of every "
                                         "observation learnt from (kept in the learner state)")
@@ -80,7 +81,7 @@ def build(config: ActorCriticConfig, spec: EnvSpec, optimizer_steps: int | None)
                          f"{spec.observation.shape}")
     torso = resolve_torso(config.torso, spec)
     policy = make_policy(spec, config)
-    network = ActorCritic(make_torso(torso, config.hidden_sizes), policy.head, config.shared_torso)
+    network = ActorCritic(make_torso(torso, config.hidden_sizes, config.activation), policy.head, config.shared_torso)
     learning_rate = config.learning_rate
     if config.anneal_lr and optimizer_steps:
         learning_rate = optax.linear_schedule(config.learning_rate, 0.0, optimizer_steps)

@@ -16,6 +16,7 @@ import numpy as np
 from podracer.types import EnvSpec
 
 TORSOS = ("auto", "mlp", "conv", "nature_cnn", "impala_resnet")
+ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {"tanh": nn.tanh, "relu": nn.relu}
 
 
 def _orthogonal(scale: float = np.sqrt(2)):
@@ -27,15 +28,16 @@ def _as_float(x: jax.Array) -> jax.Array:
 
 
 class MLP(nn.Module):
-    """Flattens each observation, then ``Dense -> tanh`` per hidden size."""
+    """Flattens each observation, then ``Dense -> activation`` per hidden size."""
 
     hidden_sizes: Sequence[int] = (64, 64)
+    activation: str = "tanh"
 
     @nn.compact
     def __call__(self, x):
         x = _as_float(x).reshape((x.shape[0], -1))
         for size in self.hidden_sizes:
-            x = nn.tanh(nn.Dense(size, kernel_init=_orthogonal())(x))
+            x = ACTIVATIONS[self.activation](nn.Dense(size, kernel_init=_orthogonal())(x))
         return x
 
 
@@ -101,10 +103,11 @@ def resolve_torso(kind: str, spec: EnvSpec) -> str:
     return "nature_cnn" if min(spec.observation.shape[:2]) >= 64 else "conv"
 
 
-def make_torso(kind: str, hidden_sizes: Sequence[int] = (64, 64)) -> Callable[[], nn.Module]:
-    """A factory for the torso ``kind`` (already resolved, see :func:`resolve_torso`)."""
+def make_torso(kind: str, hidden_sizes: Sequence[int] = (64, 64), activation: str = "tanh") -> Callable[[], nn.Module]:
+    """A factory for the torso ``kind`` (already resolved, see :func:`resolve_torso`); the MLP's
+    ``hidden_sizes`` and ``activation`` (a key of ``ACTIVATIONS``)."""
     factories = {
-        "mlp": lambda: MLP(tuple(hidden_sizes)),
+        "mlp": lambda: MLP(tuple(hidden_sizes), activation),
         "conv": SmallConv,
         "nature_cnn": NatureCNN,
         "impala_resnet": ImpalaResNet,
