@@ -8,7 +8,8 @@ from __future__ import annotations
 
 ANAKIN_PRESETS: dict[str, dict] = {
     "cartpole_ppo": {
-        "about": "PPO on CartPole-v1 with PureJaxRL's settings (4 envs x 128 steps, 4 epochs x 4 minibatches)",
+        "about": "PPO on CartPole-v1 with PureJaxRL's settings (4 envs x 128 steps, 4 epochs x 4 minibatches); "
+                 "at 500k steps 500 in training and greedy evaluation (seeds 0-2)",
         "agent": "ppo",
         "env": "cartpole",
         "anakin": {"num_envs": 4, "rollout_len": 128, "total_env_steps": 500_000},
@@ -22,14 +23,16 @@ ANAKIN_PRESETS: dict[str, dict] = {
         "agent_config": {},
     },
     "catch_ppo": {
-        "about": "PPO on the paper's Catch (10x5), as in DeepMind's Anakin colab",
+        "about": "PPO on the paper's Catch (10x5), as in DeepMind's Anakin colab; training return 0.996-0.997 and "
+                 "greedy evaluation 1.0 at 200k steps (seeds 0-2)",
         "agent": "ppo",
         "env": "catch",
         "anakin": {"num_envs": 64, "rollout_len": 16, "total_env_steps": 200_000},
         "agent_config": {"learning_rate": 1e-3, "num_epochs": 2, "num_minibatches": 2},
     },
     "catch_impala": {
-        "about": "IMPALA/V-trace on Catch",
+        "about": "IMPALA/V-trace on Catch; training return 0.986-0.994 and greedy evaluation 1.0 at 300k steps "
+                 "(seeds 0-2)",
         "agent": "impala",
         "env": "catch",
         "anakin": {"num_envs": 64, "rollout_len": 16, "total_env_steps": 300_000},
@@ -71,12 +74,33 @@ ANAKIN_PRESETS: dict[str, dict] = {
         "agent_config": {"learning_rate": 3e-4, "gamma": 0.97, "entropy_coef": 1e-3, "max_grad_norm": 1.0,
                          "num_epochs": 4, "num_minibatches": 4, "normalize_observations": True},
     },
-    "breakout_minatar_ppo": {
-        "about": "PPO on gymnax's MinAtar Breakout (small conv torso)",
+    "acrobot_ppo": {
+        "about": "PPO on gymnax's Acrobot-v1 with PureJaxRL's CartPole settings (4 envs x 128 steps); at 500k steps "
+                 "its training return is -85 and its greedy evaluation -78 (seeds 0-2; gymnax-blines' PPO: -80)",
+        "agent": "ppo",
+        "env": "gymnax:Acrobot-v1",
+        "anakin": {"num_envs": 4, "rollout_len": 128, "total_env_steps": 500_000},
+        "agent_config": {},
+    },
+    "minatar_ppo": {
+        "about": "PPO on gymnax's MinAtar games (default Breakout) with PureJaxRL's MinAtar settings: 64 envs x 128 "
+                 "steps, 4 epochs x 8 minibatches, learning rate 5e-3, a 64-64 ReLU MLP; at 5M steps Breakout's "
+                 "training return is 41.8 (seeds 0-2; gymnax-blines' PPO: 28), Asterix's 5.5 (gymnax-blines: 15)",
         "agent": "ppo",
         "env": "gymnax:Breakout-MinAtar",
         "anakin": {"num_envs": 64, "rollout_len": 128, "total_env_steps": 5_000_000},
-        "agent_config": {"learning_rate": 5e-4},
+        "agent_config": {"learning_rate": 5e-3, "num_epochs": 4, "num_minibatches": 8, "torso": "mlp",
+                         "activation": "relu"},
+    },
+    "minatar_impala": {
+        "about": "IMPALA/V-trace on gymnax's MinAtar games (default Breakout), the MLP of minatar_ppo, entropy bonus "
+                 "0.1; at 5M steps Breakout's training return is 17.2 (seeds 0-2), Asterix's 1.0 (it does not learn "
+                 "Asterix)",
+        "agent": "impala",
+        "env": "gymnax:Breakout-MinAtar",
+        "anakin": {"num_envs": 64, "rollout_len": 32, "total_env_steps": 5_000_000},
+        "agent_config": {"learning_rate": 2e-3, "max_grad_norm": 40.0, "entropy_coef": 0.1, "torso": "mlp",
+                         "activation": "relu"},
     },
 }
 DEFAULT_ANAKIN_PRESET = "cartpole_ppo"
@@ -122,11 +146,21 @@ def _fixed(sebulba: dict, agent_config: dict):
 
 SEBULBA_PRESETS: dict[str, dict] = {
     "cartpole_ppo": {
-        "about": "PPO on envpool's CartPole-v1, 1 actor thread x 16 envs",
+        "about": "PPO on envpool's CartPole-v1, 1 actor thread x 16 envs; at 300k steps training returns 473 / 500 / "
+                 "500 and greedy evaluation 500 (seeds 0-2)",
         "agent": "ppo",
         "env": "CartPole-v1",
         "fit": _fixed({"actor_threads": 1, "envs_per_thread": 16, "rollout_len": 64, "total_env_steps": 300_000},
                       {"learning_rate": 1e-3, "num_epochs": 4, "num_minibatches": 4}),
+    },
+    "cartpole_impala": {
+        "about": "IMPALA/V-trace on envpool's CartPole-v1, 1 actor thread x 16 envs; at 300k steps seeds 0/1/2 end "
+                 "at training returns 428 / 165 / 213 (greedy evaluation 316 on average): it learns, not reliably "
+                 "to 500",
+        "agent": "impala",
+        "env": "CartPole-v1",
+        "fit": _fixed({"actor_threads": 1, "envs_per_thread": 16, "rollout_len": 32, "total_env_steps": 300_000},
+                      {"learning_rate": 1e-3, "max_grad_norm": 40.0, "entropy_coef": 1e-3}),
     },
     "atari_impala": {
         "about": "IMPALA/V-trace on Atari (default Breakout-v5) in the paper's setting, fitted to the host's cores",

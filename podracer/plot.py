@@ -49,18 +49,19 @@ def plot_runs(run_dirs: list[str], out: str, metric: str = "episode_return") -> 
     return out
 
 
-def _seed_curves(run_dir: str, metric: str) -> list[tuple[np.ndarray, np.ndarray]]:
-    """``(env_steps, values)`` per seed of ``run_dir`` (a run of several seeds logs ``<metric>_per_seed``)."""
+def _seed_curves(run_dir: str, metric: str, x_key: str = "env_steps") -> list[tuple[np.ndarray, np.ndarray]]:
+    """``(x, values)`` per seed of ``run_dir`` (a run of several seeds logs ``<metric>_per_seed``); ``x`` is
+    each record's ``x_key`` (``eval_env_steps`` places evaluations at the steps their parameters had trained)."""
     records = read_metrics(run_dir)
     per_seed = [r for r in records if r.get(f"{metric}_per_seed") is not None]
     if per_seed:
-        steps = np.array([r["env_steps"] for r in per_seed], np.float64)
+        steps = np.array([r[x_key] for r in per_seed], np.float64)
         values = np.array([r[f"{metric}_per_seed"] for r in per_seed], np.float64)  # [points, seeds]
         return [(steps, values[:, i]) for i in range(values.shape[1])]
     records = [r for r in records if r.get(metric) is not None]
     if not records:
         raise ValueError(f"{run_dir} logged no {metric!r} yet")
-    return [(np.array([r["env_steps"] for r in records], np.float64), np.array([r[metric] for r in records]))]
+    return [(np.array([r[x_key] for r in records], np.float64), np.array([r[metric] for r in records]))]
 
 
 def _group(run_dir: str) -> str:
@@ -74,18 +75,19 @@ def _group(run_dir: str) -> str:
 
 
 def aggregate_runs(run_dirs: list[str], metric: str = "episode_return", estimator: str = "iqm",
-                   reps: int = 2000) -> dict:
+                   reps: int = 2000, x_key: str = "env_steps") -> dict:
     """Every group's curve and final score over its runs (and seeds): the estimate and its 95% interval.
 
     Curves are compared on the first run's log steps, up to where the shortest
-    run ends (other runs are interpolated there). Returns JSON-ready
+    run ends (other runs are interpolated there); ``x_key`` is the record field
+    they are placed at (see :func:`_seed_curves`). Returns JSON-ready
     ``{group: {"runs", "env_steps", "point", "low", "high", "final": {...}}}``.
     """
     if estimator not in ESTIMATORS:
         raise ValueError(f"unknown aggregate {estimator!r}: choose one of {sorted(ESTIMATORS)}")
     groups: dict[str, list] = {}
     for run_dir in run_dirs:
-        groups.setdefault(_group(run_dir), []).extend((run_dir, curve) for curve in _seed_curves(run_dir, metric))
+        groups.setdefault(_group(run_dir), []).extend((run_dir, curve) for curve in _seed_curves(run_dir, metric, x_key))
     result = {}
     for name, curves in groups.items():
         end = min(steps[-1] for _, (steps, _) in curves)

@@ -1,0 +1,368 @@
+"""Trains a results suite and writes the results page (``docs/results.md``).
+
+    python experiments/results.py --suite classic            # every agent x architecture, ~12 min on 2 CPU cores
+    python experiments/results.py --suite minatar --purejaxrl ~/purejaxrl --purejaxrl-python ~/pjx/bin/python
+    python experiments/results.py --suite atari --max-minutes 60   # stops resumably after an hour; rerun to go on
+
+Each run is a ``podracer`` command in a process of its own, in
+``RUNS_DIR/<suite>/<run>`` with ``--resume-or-start``, so a suite that was
+stopped (Ctrl-C, SIGTERM, a preemption, ``--max-minutes``) continues when the
+same command runs again: finished runs are reused, an unfinished one resumes
+from its checkpoint. The suites (presets, budgets, seeds, published figures)
+are in ``experiments/suites.py``.
+
+After every call the suite's numbers go to ``docs/results/<suite>.json`` and
+its figures (one per environment: the mean over seeds with a 95% bootstrap
+interval, training and evaluation returns, against env steps or frames and
+against training seconds) to ``docs/results/<suite>-<env>.png``; the page is
+rewritten from every suite's numbers. ``--purejaxrl DIR`` trains PureJaxRL's PPO
+beside the entries that name it; without it, the PureJaxRL figures recorded
+last are kept.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+
+from experiments.suites import SUITES, Entry, Suite
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+STATE_FILE = "suite_run.json"  # in each run directory: the segments run and whether the run finished
+STOPPED = 3  # exit code of a suite stopped before its end (resumable)
+# a run's exit codes that are not failures: finished, stopped by SIGINT/SIGTERM, or killed by one before it started
+STOP_CODES = (0, 130, 143, -signal.SIGINT, -signal.SIGTERM)
+PAGE_INTRO = """# Results
+
+Learning curves and final scores of podracer's agents on standard benchmarks, written by
+`python experiments/results.py --suite NAME` (the suites are in `experiments/suites.py`). Each curve is the
+mean over seeds of the training return (episodes ending in each log window, exploration included) with a
+95% bootstrap interval over seeds (with 3 seeds a rough one), and of the evaluation return (greedy, on
+environments seeded apart) where the run evaluates. A **final** score is the mean of a seed's last 3 log
+windows (training) or its last evaluation, then the mean over seeds with its interval. Wall time is the
+whole command (start, compilation, evaluation and training); steps/s is training throughput (agent steps
+of every seed per training second, compilation excluded). Frames = agent steps x frame skip (4 on Atari).
+"""
+
+
+def _run_state(run_dir: str) -> dict:
+    path = os.path.join(run_dir, STATE_FILE)
+    if not os.path.exists(path):
+        return {"segments": [], "finished": False}
+    with open(path) as f:
+        return json.load(f)
+
+
+def _save_run_state(run_dir: str, state: dict) -> None:
+    with open(os.path.join(run_dir, STATE_FILE) + ".tmp", "w") as f:
+        json.dump(state, f, indent=1)
+    os.replace(os.path.join(run_dir, STATE_FILE) + ".tmp", os.path.join(run_dir, STATE_FILE))
+
+
+def run_to_end(entry: Entry, seed: int, run_dir: str, deadline: float) -> bool:
+    """Trains one run to its end, or until ``deadline`` (``time.time()``); whether it finished.
+
+    The run goes on from wherever an earlier call left it. Raises
+    ``KeyboardInterrupt`` after the run has stopped and checkpointed when the
+    suite is interrupted, and ``RuntimeError`` when ``podracer`` fails.
+    """
+    state = _run_state(run_dir)
+    if state["finished"]:
+        print(f"results: {os.path.basename(run_dir)} finished earlier: reused", flush=True)
+        return True
+    if time.time() >= deadline:
+        return False
+    command = [sys.executable, "-m", "experiments.cli", *entry.command(seed), "--logdir", run_dir,
+               "--resume-or-start", "--log-interval", str(max(1, entry.steps // 50))]
+    print(f"results: {' '.join(['podracer', *command[3:]])}", flush=True)
+    os.makedirs(run_dir, exist_ok=True)
+    start = time.time()
+    child = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    timer = threading.Timer(max(0.0, deadline - start), child.send_signal, (signal.SIGTERM,))
+    timer.start()
+    result_line, interrupted = None, False
+    try:
+        for line in child.stdout:
+            print(line, end="", flush=True)
+            if line.startswith("RESULT "):
+                result_line = line.split()[1:]
+        child.wait()
+    except KeyboardInterrupt:  # the child got the same SIGINT: it checkpoints and exits
+        interrupted = True
+        child.wait()
+    finally:
+        timer.cancel()
+    result = dict(field.split("=", 1) for field in result_line or [])
+    finished = child.returncode == 0 and "stopped_by" not in result
+    state["segments"].append({"wall_seconds": round(time.time() - start, 1), "exit_code": child.returncode})
+    state["finished"] = finished
+    if finished:
+        state["compile_seconds"] = float(result.get("compile_s", "nan"))
+    _save_run_state(run_dir, state)
+    if interrupted:
+        raise KeyboardInterrupt
+    if child.returncode not in STOP_CODES:
+        raise RuntimeError(f"{' '.join(command[3:])} failed (exit code {child.returncode}); see its output above")
+    return finished
+
+
+def _curves(run_dirs: list[str], metric: str, x_key: str) -> dict | None:
+    """The mean curve over every seed of ``run_dirs`` (see ``podracer.plot.aggregate_runs``) and its time axis."""
+    from podracer.plot import aggregate_runs, read_metrics
+
+    try:
+        (group,) = aggregate_runs(run_dirs, metric, "mean", x_key=x_key).values()
+    except ValueError:  # nothing logged (e.g. no evaluation)
+        return None
+    times = []
+    for run_dir in run_dirs:
+        records = [r for r in read_metrics(run_dir) if r.get(x_key) is not None]
+        times.append(np.interp(group["env_steps"], [r[x_key] for r in records], [r["time"] for r in records]))
+    group["seconds"] = np.mean(times, axis=0).tolist()
+    return group
+
+
+def summarise(entry: Entry, run_dirs: list[str]) -> dict:
+    """An entry's numbers for the page: curves, finals, timings (from its finished runs)."""
+    from podracer.plot import read_metrics
+
+    states = [_run_state(d) for d in run_dirs]
+    last = [read_metrics(d)[-1] for d in run_dirs]
+    train_seconds = sum(r["time"] for r in last)
+    return {
+        "name": entry.name, "architecture": entry.architecture, "agent": entry.agent, "env": entry.env,
+        "preset": entry.preset, "flags": list(entry.flags), "seeds": entry.seeds, "steps": entry.steps,
+        "frame_skip": entry.frame_skip,
+        "reference": None if entry.reference is None else {"value": entry.reference.value,
+                                                           "source": entry.reference.source},
+        "train": _curves(run_dirs, "episode_return", "env_steps"),
+        "eval": _curves(run_dirs, "eval_return", "eval_env_steps"),
+        "wall_seconds": round(sum(s["wall_seconds"] for state in states for s in state["segments"]), 1),
+        "compile_seconds": round(float(np.mean([s.get("compile_seconds", np.nan) for s in states])), 1),
+        "train_seconds": round(train_seconds, 1),
+        "sps": round(sum(r["env_steps"] for r in last) / max(train_seconds, 1e-9)),
+        "runs": len(run_dirs), "segments": sum(len(state["segments"]) for state in states),
+    }
+
+
+def run_peer(entry: Entry, purejaxrl: str, python: str) -> dict:
+    """PureJaxRL's PPO on ``entry``'s env, budget and seeds, in a process of its own (see peer_purejaxrl.py)."""
+    env = entry.env.split(":", 1)[1]
+    command = [python, os.path.join(ROOT, "experiments", "peer_purejaxrl.py"), "--env", env,
+               "--steps", str(entry.steps), "--seeds", str(entry.seeds)]
+    print(f"results: PureJaxRL PPO on {env}, {entry.steps:,} steps x {entry.seeds} seeds", flush=True)
+    pythonpath = os.pathsep.join(filter(None, [os.path.join(purejaxrl, "purejaxrl"), os.environ.get("PYTHONPATH")]))
+    start = time.time()
+    out = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": pythonpath})
+    lines = [line for line in out.stdout.splitlines() if line.startswith("PEER ")]
+    if out.returncode or not lines:
+        raise RuntimeError(f"PureJaxRL on {env} failed:\n{out.stderr[-3000:]}")
+    peer = json.loads(lines[-1][len("PEER "):])
+    returns = np.array([[np.nan if v is None else v for v in row] for row in peer["returns"]])  # [windows, seeds]
+    finals = np.nanmean(returns[-3:], axis=0)
+    from podracer.aggregate import bootstrap
+
+    final = bootstrap(finals[:, None], "mean")
+    peer.update(wall_seconds=round(time.time() - start, 1), final={
+        "point": float(final.point[0]), "low": float(final.low[0]), "high": float(final.high[0]),
+        "per_run": finals.tolist()})
+    return peer
+
+
+def _slug(env: str) -> str:
+    return env.split(":")[-1].lower()
+
+
+def plot_env(suite_name: str, env: str, entries: list[dict], peers: dict, out: str) -> None:
+    """One figure per environment: every entry's (and peer's) mean return against steps (or frames) and seconds."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (by_steps, by_time) = plt.subplots(1, 2, figsize=(11, 4), constrained_layout=True)
+    skip = entries[0]["frame_skip"]
+    for i, entry in enumerate(entries):
+        color = f"C{i}"
+        label = f"{entry['agent'].upper()} ({entry['architecture']})"
+        for kind, style in (("train", "-"), ("eval", "--")):
+            curve = entry[kind]
+            if curve is None:
+                continue
+            steps = np.array(curve["env_steps"]) * skip
+            for axis, x in ((by_steps, steps), (by_time, curve["seconds"])):
+                axis.plot(x, curve["point"], style, color=color, marker="o" if kind == "eval" else None,
+                          markersize=3, label=f"{label} {'training' if kind == 'train' else 'evaluation'}")
+                axis.fill_between(x, curve["low"], curve["high"], color=color, alpha=0.2)
+        reference = entry["reference"]
+        if reference and i == 0:
+            by_steps.axhline(reference["value"], color="gray", linestyle=":", label=f"reference: {reference['source']}")
+    peer = peers.get(env)
+    if peer:
+        returns = np.array([[np.nan if v is None else v for v in row] for row in peer["returns"]])
+        seconds = np.array(peer["env_steps"]) / peer["env_steps"][-1] * peer["train_s"]
+        for axis, x in ((by_steps, peer["env_steps"]), (by_time, seconds)):
+            axis.plot(x, np.nanmean(returns, axis=1), color="black", label=f"{peer['peer']} training")
+    by_steps.set_xlabel("frames" if skip > 1 else "environment steps (per seed)")
+    by_time.set_xlabel("training seconds (compilation excluded)")
+    for axis in (by_steps, by_time):
+        axis.set_ylabel("return (mean over seeds, 95% interval)")
+        axis.grid(alpha=0.3)
+    by_steps.legend(fontsize="x-small")
+    fig.suptitle(f"{env} ({suite_name})")
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+
+
+def _interval(final: dict | None) -> str:
+    if not final:
+        return "-"
+    return f"{final['point']:.4g} [{final['low']:.4g}, {final['high']:.4g}]"
+
+
+def _eval_final(curve: dict | None) -> dict | None:
+    """The last evaluation of every seed: the curve's last point and interval (evaluations are per seed)."""
+    if curve is None:
+        return None
+    return {"point": curve["point"][-1], "low": curve["low"][-1], "high": curve["high"][-1]}
+
+
+def _verdict(entry: dict) -> str:
+    """The final score (the last evaluation where there is one) against the reference figure."""
+    reference, final = entry["reference"], _eval_final(entry["eval"]) or entry["train"]["final"]
+    if reference is None:
+        return ""
+    if final["high"] < reference["value"]:
+        return f"below the reference by {reference['value'] - final['point']:.3g}"
+    if final["point"] >= reference["value"]:
+        return "reaches the reference"
+    return f"below by {reference['value'] - final['point']:.3g} in the mean; the interval reaches it"
+
+
+def suite_section(name: str, suite: Suite, data: dict, docs: str) -> list[str]:
+    """The page's markdown for one suite (figures written into ``docs/results``)."""
+    lines = [f"## Suite `{name}`", "", suite.about, "",
+             f"Command: `python experiments/results.py --suite {name}`; measured {data['measured']}.", ""]
+    entries = [e for e in data["entries"] if e is not None]
+    envs = list(dict.fromkeys(e["env"] for e in entries))
+    lines += ["| agent | architecture | env | preset | agent steps per seed (frames) | seeds | final training return "
+              "[95% CI] | final evaluation return [95% CI] | reference | verdict | wall | training steps/s |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for e in entries:
+        frames = f" ({e['steps'] * e['frame_skip']:,})" if e["frame_skip"] > 1 else ""
+        reference = f"{e['reference']['value']:g} ({e['reference']['source']})" if e["reference"] else "-"
+        resumed = f" in {e['segments']} segments" if e["segments"] > e["runs"] else ""
+        lines.append(f"| {e['agent']} | {e['architecture']} | `{e['env']}` | `{e['preset']}` | {e['steps']:,}{frames} | "
+                     f"{e['seeds']} | {_interval(e['train']['final'])} | {_interval(_eval_final(e['eval']))} | "
+                     f"{reference} | {_verdict(e)} | {e['wall_seconds']:.0f} s{resumed} | {e['sps']:,} |")
+    for env, peer in data.get("peers", {}).items():
+        lines.append(f"| PureJaxRL PPO | (its own) | `{env}` | PureJaxRL's MinAtar config | {peer['env_steps'][-1]:,} | "
+                     f"{peer['seeds']} | {_interval(peer['final'])} | - | - | - | {peer['wall_seconds']:.0f} s | "
+                     f"{peer['sps']:,} |")
+    missing = [n for n, e in zip(data["names"], data["entries"]) if e is None]
+    if missing:
+        lines += ["", f"Not finished yet (run the command again to continue): {', '.join(missing)}."]
+    lines.append("")
+    for env in envs:
+        figure = f"results/{name}-{_slug(env)}.png"
+        plot_env(name, env, [e for e in entries if e["env"] == env], data.get("peers", {}), os.path.join(docs, figure))
+        lines += [f"![{env}]({figure})", ""]
+    return lines
+
+
+def write_page(docs: str) -> str:
+    """Rewrites ``docs/results.md`` from every suite's recorded numbers; returns its path."""
+    lines = [PAGE_INTRO]
+    for name, suite in SUITES.items():
+        path = os.path.join(docs, "results", f"{name}.json")
+        if os.path.exists(path):
+            with open(path) as f:
+                lines += suite_section(name, suite, json.load(f), docs)
+        else:
+            lines += [f"## Suite `{name}`", "", suite.about, "",
+                      f"Not run yet: `python experiments/results.py --suite {name}`.", ""]
+    page = os.path.join(docs, "results.md")
+    with open(page, "w") as f:
+        f.write("\n".join(lines))
+    return page
+
+
+def run_suite(name: str, runs_dir: str, docs: str, max_minutes: float | None = None,
+              purejaxrl: str | None = None, python: str = sys.executable) -> int:
+    """Runs (or continues) suite ``name``, records its numbers and rewrites the page; the exit code."""
+    suite, deadline = SUITES[name], time.time() + (max_minutes * 60 if max_minutes else 1e9)
+    data_path = os.path.join(docs, "results", f"{name}.json")
+    old = json.load(open(data_path)) if os.path.exists(data_path) else {}
+    os.makedirs(os.path.dirname(data_path), exist_ok=True)
+    code, summaries = 0, []
+    for entry in suite.entries:
+        runs = [(os.path.join(runs_dir, name, run_name), seed) for run_name, seed in entry.run_names()]
+        try:
+            for run_dir, seed in runs if code == 0 else []:
+                if not run_to_end(entry, seed, run_dir, deadline):
+                    print(f"results: stopped after --max-minutes {max_minutes}; run the same command to continue",
+                          file=sys.stderr)
+                    code = STOPPED
+                    break
+        except KeyboardInterrupt:
+            print("results: interrupted; run the same command to continue", file=sys.stderr)
+            code = 130
+        finished = all(_run_state(run_dir)["finished"] for run_dir, _ in runs)
+        summaries.append(summarise(entry, [run_dir for run_dir, _ in runs]) if finished else None)
+    peers = old.get("peers", {})
+    if purejaxrl and code == 0:
+        for entry in suite.entries:
+            if entry.purejaxrl:
+                peers[entry.env] = run_peer(entry, purejaxrl, python)
+    data = {"measured": _machine(), "names": [e.name for e in suite.entries], "entries": summaries, "peers": peers}
+    with open(data_path, "w") as f:
+        json.dump(data, f, indent=1)
+    print(f"results: wrote {write_page(docs)} and {data_path}", flush=True)
+    return code
+
+
+def _machine() -> str:
+    import platform
+
+    import jax
+
+    cores = os.cpu_count()
+    return (f"{time.strftime('%Y-%m-%d')}, {platform.processor() or platform.machine()} with {cores} cores, "
+            f"jax {jax.__version__} ({jax.default_backend()})")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--suite", choices=sorted(SUITES), help="the suite to run (see experiments/suites.py)")
+    parser.add_argument("--runs-dir", default=os.path.join(ROOT, "runs", "results"),
+                        help="where the runs go (RUNS_DIR/<suite>/<run>); default runs/results")
+    parser.add_argument("--docs", default=os.path.join(ROOT, "docs"), help="where results.md and results/ go")
+    parser.add_argument("--max-minutes", type=float, default=None,
+                        help="stop the suite (resumably, the current run checkpointed) after this many minutes")
+    parser.add_argument("--purejaxrl", metavar="DIR", help="a checkout of luchris429/purejaxrl: train its PPO alongside")
+    parser.add_argument("--purejaxrl-python", metavar="PY", default=sys.executable,
+                        help="the Python that runs PureJaxRL (jax, flax, optax, distrax, gymnax<1.0)")
+    parser.add_argument("--page-only", action="store_true", help="rewrite the page from the recorded numbers")
+    args = parser.parse_args(argv)
+    if args.page_only:
+        print(f"results: wrote {write_page(args.docs)}")
+        return 0
+    if args.suite is None:
+        parser.error("--suite is required (or --page-only)")
+    if args.max_minutes is not None and args.max_minutes <= 0:
+        parser.error(f"--max-minutes must be positive, got {args.max_minutes}")
+    if args.purejaxrl and not os.path.isfile(os.path.join(args.purejaxrl, "purejaxrl", "ppo.py")):
+        parser.error(f"--purejaxrl {args.purejaxrl}: no purejaxrl/ppo.py there (a checkout of luchris429/purejaxrl)")
+    return run_suite(args.suite, args.runs_dir, args.docs, args.max_minutes, args.purejaxrl, args.purejaxrl_python)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,118 @@
+"""The results suites that ``experiments/results.py`` runs: which preset, env, budget and seeds, and the
+published figure each is compared with.
+
+Budgets are sized for the 2-core CPU machine the page was measured on; each
+suite's ``about`` says what an accelerator would change.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class Reference:
+    """A published figure to put beside a result: ``value`` (a return) and where it comes from."""
+
+    value: float
+    source: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Entry:
+    """One (architecture, preset, env) trained for ``steps`` agent steps per seed on ``seeds`` seeds.
+
+    Every seed is a run of its own (``--seed``), also on Anakin: there
+    ``--num-seeds`` would train them in one program, but on this machine (jax
+    0.10.2, XLA:CPU) some of those programs never finish their first step (e.g.
+    Catch with 2 seeds x 4 envs; see the results page). ``flags`` are passed to ``podracer`` after
+    the preset's; ``frame_skip`` converts agent steps to frames (4 on Atari).
+    ``purejaxrl``: also train PureJaxRL's PPO on the same env and budget.
+    """
+
+    architecture: str
+    preset: str
+    agent: str
+    env: str
+    steps: int
+    seeds: int = 3
+    flags: tuple[str, ...] = ()
+    reference: Reference | None = None
+    frame_skip: int = 1
+    evaluations: int = 10  # evaluations during the run (the last at the end)
+    purejaxrl: bool = False
+
+    @property
+    def name(self) -> str:
+        env = self.env.split(":")[-1].lower()
+        return f"{self.architecture}-{self.agent}-{env}"
+
+    def command(self, seed: int) -> list[str]:
+        """``podracer`` arguments for the run of ``seed``."""
+        return [self.architecture, "--preset", self.preset, "--agent", self.agent, "--env", self.env,
+                "--total-env-steps", str(self.steps), "--eval-every", str(self.steps // self.evaluations),
+                "--seed", str(seed), *self.flags]
+
+    def run_names(self) -> list[tuple[str, int]]:
+        """``(directory name, seed)`` of each run."""
+        return [(f"{self.name}-seed{seed}", seed) for seed in range(self.seeds)]
+
+
+@dataclasses.dataclass(frozen=True)
+class Suite:
+    about: str
+    entries: tuple[Entry, ...]
+
+
+GYMNAX_BLINES = "gymnax README, gymnax-blines PPO"
+SEBULBA_CPU = ("--cpu-devices", "2")  # on a CPU host: one actor device and one learner device (ignored on accelerators)
+
+SUITES: dict[str, Suite] = {
+    "classic": Suite(
+        about="Every agent on every architecture on the quick tasks, 3 seeds each, at the presets' budgets "
+              "(about 15 minutes on 2 CPU cores).",
+        entries=(
+            Entry("anakin", "cartpole_ppo", "ppo", "cartpole", 500_000,
+                  reference=Reference(500, f"{GYMNAX_BLINES}; the maximum")),
+            Entry("anakin", "catch_ppo", "ppo", "catch", 200_000, reference=Reference(1.0, "the maximum")),
+            Entry("anakin", "catch_impala", "impala", "catch", 300_000, reference=Reference(1.0, "the maximum")),
+            Entry("anakin", "catch_muzero", "muzero", "catch", 200_000, reference=Reference(1.0, "the maximum")),
+            Entry("anakin", "acrobot_ppo", "ppo", "gymnax:Acrobot-v1", 500_000,
+                  reference=Reference(-80, GYMNAX_BLINES)),
+            Entry("anakin", "pendulum_ppo", "ppo", "gymnax:Pendulum-v1", 1_000_000,
+                  reference=Reference(-130, GYMNAX_BLINES)),
+            Entry("sebulba", "cartpole_ppo", "ppo", "CartPole-v1", 300_000, flags=SEBULBA_CPU,
+                  reference=Reference(500, "the maximum")),
+            Entry("sebulba", "cartpole_impala", "impala", "CartPole-v1", 300_000, flags=SEBULBA_CPU,
+                  reference=Reference(500, "the maximum")),
+            Entry("sebulba", "cartpole_muzero", "muzero", "CartPole-v1", 250_000, flags=SEBULBA_CPU,
+                  reference=Reference(500, "the maximum")),
+        ),
+    ),
+    "minatar": Suite(
+        about="PPO and IMPALA on four MinAtar games with Anakin, 3 seeds each (with `--purejaxrl`, PureJaxRL's "
+              "PPO beside them at the same budget and seeds). The networks are PureJaxRL's MinAtar MLP (64-64, ReLU): XLA:CPU's conv gradients would "
+              "make the suite several times longer here; on an accelerator the conv torso (`--torso conv`) costs "
+              "little and the budget can be the usual 10M steps.",
+        entries=tuple(
+            Entry("anakin", f"minatar_{agent}", agent, f"gymnax:{game}-MinAtar", 5_000_000,
+                  reference=Reference(reference, GYMNAX_BLINES), purejaxrl=agent == "ppo")
+            for game, reference in (("Breakout", 28), ("Asterix", 15), ("SpaceInvaders", 131), ("Freeway", 58))
+            for agent in ("ppo", "impala")
+        ),
+    ),
+    "atari": Suite(
+        about="Pong-v5 on Sebulba: PPO in Cleanba's setting and IMPALA in the paper's, one seed each (a run "
+              "takes hours on 2 CPU cores; `--max-minutes` stops a suite resumably and the next call continues "
+              "it). On a GPU or TPU the learner's conv gradients, which dominate an update here, leave the CPU "
+              "cores to envpool and the actor threads (not measured here).",
+        entries=(
+            Entry("sebulba", "breakout_ppo", "ppo", "Pong-v5", 2_500_000, seeds=1, flags=SEBULBA_CPU,
+                  frame_skip=4, evaluations=5,
+                  reference=Reference(18, "Cleanba/CleanRL PPO pass +18 by about 10M frames")),
+            Entry("sebulba", "atari_impala", "impala", "Pong-v5", 2_500_000, seeds=1, flags=SEBULBA_CPU,
+                  frame_skip=4, evaluations=5,
+                  reference=Reference(18, "Cleanba/CleanRL PPO pass +18 by about 10M frames")),
+        ),
+    ),
+}

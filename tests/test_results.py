@@ -1,0 +1,91 @@
+"""The results suites: run by run, resumable, reused when finished, and the page written from their numbers."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from experiments import results
+from experiments.peer_purejaxrl import window_means
+from experiments.presets import ANAKIN_PRESETS, SEBULBA_PRESETS
+from experiments.suites import SUITES, Entry, Reference, Suite
+
+
+def test_every_suite_entry_names_a_preset_of_its_agent():
+    presets = {"anakin": ANAKIN_PRESETS, "sebulba": SEBULBA_PRESETS}
+    for name, suite in SUITES.items():
+        for entry in suite.entries:
+            preset = presets[entry.architecture][entry.preset]
+            assert preset["agent"] == entry.agent, (name, entry.name)
+    names = [entry.name for suite in SUITES.values() for entry in suite.entries]
+    assert len(names) == len(set(names)), "run directories would collide"
+
+
+def test_purejaxrl_windows_average_the_episodes_that_ended_in_them():
+    returns = np.zeros((2, 4, 1, 1))  # [seeds, updates, steps, envs]
+    ended = np.zeros((2, 4, 1, 1), bool)
+    returns[0, :, 0, 0], ended[0, :, 0, 0] = [1, 3, 5, 7], [True, True, False, True]
+    returns[1, 1, 0, 0], ended[1, 1, 0, 0] = 10, True
+    updates, means = window_means(returns, ended, 2)
+    assert updates.tolist() == [2, 4]
+    assert means[:, 0].tolist() == [2.0, 7.0]  # (1 + 3) / 2; only the last update of window 2 ended
+    assert means[0, 1] == 10.0 and np.isnan(means[1, 1])  # seed 1 ended no episode in window 2
+
+
+def test_the_verdict_compares_the_interval_with_the_reference():
+    entry = {"reference": {"value": 10.0, "source": "x"}, "eval": None,
+             "train": {"final": {"point": 8.0, "low": 7.0, "high": 9.0}}}
+    assert results._verdict(entry).startswith("below the reference by 2")
+    entry["train"]["final"]["high"] = 11.0
+    assert results._verdict(entry).startswith("below by 2 in the mean; the interval reaches it")
+    entry["train"]["final"]["point"] = 10.0
+    assert results._verdict(entry) == "reaches the reference"
+    entry["eval"] = {"point": [5.0], "low": [4.0], "high": [6.0]}  # an evaluation, where there is one, decides
+    assert results._verdict(entry).startswith("below the reference by 5")
+
+
+def test_bad_flags_are_refused_and_the_page_lists_suites_not_run(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        results.main(["--suite", "classic", "--max-minutes", "0"])
+    assert "--max-minutes must be positive" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        results.main(["--suite", "minatar", "--purejaxrl", str(tmp_path)])
+    assert "no purejaxrl/ppo.py there" in capsys.readouterr().err
+    assert results.main(["--page-only", "--docs", str(tmp_path)]) == 0
+    page = open(tmp_path / "results.md").read()
+    assert all(f"Not run yet: `python experiments/results.py --suite {name}`" in page for name in SUITES)
+
+
+@pytest.mark.slow
+def test_a_stopped_suite_continues_and_a_finished_run_is_reused(tmp_path, monkeypatch, capsys):
+    tiny = Suite(about="a tiny suite", entries=(
+        Entry("anakin", "catch_ppo", "ppo", "catch", 60_000, seeds=2, evaluations=2,
+              reference=Reference(1.0, "the maximum")),))
+    monkeypatch.setattr(results, "SUITES", {"tiny": tiny})
+    runs, docs = str(tmp_path / "runs"), str(tmp_path / "docs")
+    run_dir = os.path.join(runs, "tiny", "anakin-ppo-catch-seed0")
+
+    # Stopped a second in: in the middle of starting (import, compile) -- it must go on from there.
+    assert results.run_suite("tiny", runs, docs, max_minutes=1 / 60) == results.STOPPED
+    state = json.load(open(os.path.join(run_dir, results.STATE_FILE)))
+    assert not state["finished"] and len(state["segments"]) == 1
+    assert "Not finished yet" in open(os.path.join(docs, "results.md")).read()
+
+    assert results.run_suite("tiny", runs, docs) == 0
+    state = json.load(open(os.path.join(run_dir, results.STATE_FILE)))
+    assert state["finished"] and len(state["segments"]) == 2
+    data = json.load(open(os.path.join(docs, "results", "tiny.json")))
+    (entry,) = data["entries"]
+    assert entry["segments"] == 3 and entry["train"]["env_steps"][-1] >= 60_000  # seed 0 in two, seed 1 in one
+    assert len(entry["train"]["final"]["per_run"]) == 2  # both seeds
+    assert json.load(open(os.path.join(runs, "tiny", "anakin-ppo-catch-seed1", results.STATE_FILE)))["finished"]
+    assert entry["eval"] is not None and entry["eval"]["point"][-1] > 0.5  # Catch is nearly solved by then
+    page = open(os.path.join(docs, "results.md")).read()
+    assert "| ppo | anakin | `catch` | `catch_ppo` | 60,000 | 2 |" in page and "in 3 segments" in page
+    assert os.path.getsize(os.path.join(docs, "results", "tiny-catch.png")) > 10_000
+
+    capsys.readouterr()
+    assert results.run_suite("tiny", runs, docs) == 0  # nothing left to train
+    assert "finished earlier: reused" in capsys.readouterr().out
+    assert len(json.load(open(os.path.join(run_dir, results.STATE_FILE)))["segments"]) == 2
