@@ -89,14 +89,25 @@ def _lane_update(agent: Agent, env, rollout_len: int, runner: RunnerState):
     return runner, mean_over_replicas(metrics), sum_over_replicas(episodes.ended_sums())
 
 
-def _lane_init(agent: Agent, env, lanes: int, num_envs: int, seed_key, lane) -> RunnerState:
-    """A lane's first state: every environment of every replica gets its own key."""
-    learner_key, env_key, act_key, learn_key = jax.random.split(seed_key, 4)
+def _lane_init(env, lanes: int, num_envs: int, learner, seed_keys: jax.Array, lane) -> RunnerState:
+    """A lane's first state around the seed's ``learner``, from the seed's ``[4]`` keys (learner, environments,
+    acting, learning): every environment of every replica gets its own key."""
+    _, env_key, act_key, learn_key = seed_keys
     replica = jax.lax.axis_index(DEVICE_AXIS) * lanes + lane
     env_ids = replica * num_envs + jnp.arange(num_envs)
     env_keys = jax.vmap(lambda i: jax.random.fold_in(env_key, i))(env_ids)
     env_state, obs = jax.vmap(env.reset)(env_keys)
-    return RunnerState(agent.init(learner_key), env_state, obs, jax.random.fold_in(act_key, replica), learn_key)
+    return RunnerState(learner, env_state, obs, jax.random.fold_in(act_key, replica), learn_key)
+
+
+def _init_learners(agent: Agent, learner_keys: jax.Array):
+    """Each seed's ``LearnerState`` (leaves ``[seeds, ...]``) from its key, one seed after another.
+
+    Not ``vmap``: batched orthogonal initialisation is a batched QR, whose LAPACK
+    kernel on XLA:CPU (jaxlib 0.10) splits the batch over the same thread pool
+    that runs it and can wait forever when two such kernels hold every thread.
+    """
+    return jax.lax.map(agent.init, learner_keys)
 
 
 def _add_update(stats: StepStats, i, metrics, sums) -> StepStats:
@@ -115,13 +126,15 @@ def make_anakin(agent: Agent, env, geometry: AnakinGeometry, mesh: Mesh, loop_on
     """
     lanes, seeds = geometry.lanes, geometry.num_seeds
     lane_update = functools.partial(_lane_update, agent, env, geometry.rollout_len)
-    lane_init = functools.partial(_lane_init, agent, env, lanes, geometry.envs_per_lane)
+    lane_init = functools.partial(_lane_init, env, lanes, geometry.envs_per_lane)
     # [seeds, lanes] inside a device; lanes are a named axis for the agent's gradient averaging.
     device_update = vmap_unless_single(vmap_unless_single(lane_update, lanes, LANE_AXIS), seeds)
 
     def device_init(seed_keys):
-        per_seed = jax.vmap(lambda key: jax.vmap(lane_init, in_axes=(None, 0))(key, jnp.arange(lanes)))
-        return jax.tree.map(lambda x: x[None], per_seed(seed_keys))  # initialisation runs once: vmap is fine
+        keys = jax.vmap(lambda key: jax.random.split(key, 4))(seed_keys)  # [seeds, 4]
+        lanes_of_seed = jax.vmap(lane_init, in_axes=(None, None, 0))  # the seed's learner is every lane's
+        per_seed = jax.vmap(lambda learner, seed_keys: lanes_of_seed(learner, seed_keys, jnp.arange(lanes)))
+        return jax.tree.map(lambda x: x[None], per_seed(_init_learners(agent, keys[:, 0]), keys))
 
     def device_run(state: RunnerState, num_updates):
         state = jax.tree.map(lambda x: x[0], state)

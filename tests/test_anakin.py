@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 
 import envs
-from agents import PPOConfig
+import jax.extend
+from agents import PPOConfig, make_agent
 from anakin import AnakinConfig, NonFiniteLossError, anakin_mesh, geometry, make_anakin, train, train_agent
 from podracer.evaluation import OFF as NO_EVALUATION  # training is what these tests look at
-from podracer.types import Agent
+from podracer.types import Agent, BatchShape
 
 SMALL_PPO = dataclasses.replace(PPOConfig(), num_epochs=2, num_minibatches=2, learning_rate=1e-3)
 
@@ -84,6 +85,28 @@ def test_seeds_train_independently_in_one_program():
     record = together.records[-1]
     assert len(record["episode_return_per_seed"]) == 2
     assert record["episode_return_min"] <= record["episode_return"] <= record["episode_return_max"]
+
+
+def _equations(jaxpr):
+    """Every equation of ``jaxpr`` and of the jaxprs nested in it (jit, shard_map, scan, ...)."""
+    for eqn in jaxpr.eqns:
+        yield eqn
+        for value in eqn.params.values():
+            for item in value if isinstance(value, (tuple, list)) else (value,):
+                if isinstance(item, (jax.extend.core.ClosedJaxpr, jax.extend.core.Jaxpr)):
+                    yield from _equations(getattr(item, "jaxpr", item))
+
+
+def test_seeds_initialise_without_a_batched_qr():
+    """A batched QR (vmapped orthogonal init) can deadlock XLA:CPU's thread pool: seeds must initialise in turn."""
+    env = envs.make("catch")
+    geo = geometry(AnakinConfig(num_envs=4, num_seeds=3, total_env_steps=4 * 16 * 2), 1)
+    agent = make_agent("ppo", SMALL_PPO, env.spec, BatchShape(geo.num_updates, geo.rollout_len, geo.envs_per_lane))
+    program = make_anakin(agent, env, geo, anakin_mesh(jax.devices()[:1], geo.lanes))
+    qr_operands = [eqn.invars[0].aval.shape for eqn in _equations(jax.make_jaxpr(program.init)(0).jaxpr)
+                   if eqn.primitive.name == "qr"]
+    assert qr_operands, "the PPO network's orthogonal initialisation should show up as QR decompositions"
+    assert all(len(shape) == 2 for shape in qr_operands), qr_operands
 
 
 def _nan_agent(bad_update):
