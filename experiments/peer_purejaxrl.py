@@ -4,8 +4,11 @@
 PureJaxRL's dependencies (gymnax<1.0, the API PureJaxRL is written against) and
 ``DIR/purejaxrl`` on ``PYTHONPATH``. The settings are PureJaxRL's MinAtar ones
 (``examples/brax_minatar.ipynb``): 64 envs x 128 steps, 4 epochs x 8
-minibatches, learning rate 5e-3 annealed, a 64-64 ReLU MLP. The seeds are
-``vmap``-ed, as PureJaxRL's README does.
+minibatches, learning rate 5e-3 annealed, a 64-64 ReLU MLP. The seeds run one
+after another through one compiled program, as podracer's suite runs them.
+PureJaxRL's README ``vmap``s them instead, which on XLA:CPU (jaxlib 0.10) can
+hang for good: the batched QR of its orthogonal initialisation waits on the
+thread pool it occupies (see ``anakin.program._init_learners``).
 """
 
 from __future__ import annotations
@@ -53,17 +56,16 @@ def main() -> None:
     from ppo import make_train  # PureJaxRL's purejaxrl/ppo.py
 
     config = {**MINATAR_CONFIG, "ENV_NAME": args.env, "TOTAL_TIMESTEPS": args.steps}
-    train = jax.jit(jax.vmap(make_train(config)))  # make_train adds NUM_UPDATES (whole updates) to config
+    train = jax.jit(make_train(config))  # make_train adds NUM_UPDATES (whole updates) to config
     keys = jax.random.split(jax.random.PRNGKey(0), args.seeds)
     start = time.perf_counter()
-    compiled = train.lower(keys).compile()
+    compiled = train.lower(keys[0]).compile()
     compile_s = time.perf_counter() - start
     start = time.perf_counter()
-    out = jax.block_until_ready(compiled(keys))
+    metrics = [jax.device_get(jax.block_until_ready(compiled(key))["metrics"]) for key in keys]
     train_s = time.perf_counter() - start
-    metrics = out["metrics"]
-    updates, means = window_means(np.asarray(metrics["returned_episode_returns"]),
-                                  np.asarray(metrics["returned_episode"]), args.windows)
+    updates, means = window_means(np.stack([m["returned_episode_returns"] for m in metrics]),
+                                  np.stack([m["returned_episode"] for m in metrics]), args.windows)
     steps_per_update = config["NUM_ENVS"] * config["NUM_STEPS"]
     print("PEER " + json.dumps({
         "peer": "PureJaxRL PPO", "env": args.env, "seeds": args.seeds, "compile_s": round(compile_s, 2),

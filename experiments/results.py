@@ -171,7 +171,7 @@ def run_peer(entry: Entry, purejaxrl: str, python: str) -> dict:
     from podracer.aggregate import bootstrap
 
     final = bootstrap(finals[:, None], "mean")
-    peer.update(wall_seconds=round(time.time() - start, 1), final={
+    peer.update(steps=entry.steps, wall_seconds=round(time.time() - start, 1), final={
         "point": float(final.point[0]), "low": float(final.low[0]), "high": float(final.high[0]),
         "per_run": finals.tolist()})
     return peer
@@ -295,6 +295,16 @@ def write_page(docs: str) -> str:
     return page
 
 
+def _stopped(max_minutes: float) -> int:
+    print(f"results: stopped after --max-minutes {max_minutes}; run the same command to continue", file=sys.stderr)
+    return STOPPED
+
+
+def _interrupted() -> int:
+    print("results: interrupted; run the same command to continue", file=sys.stderr)
+    return 130
+
+
 def run_suite(name: str, runs_dir: str, docs: str, max_minutes: float | None = None,
               purejaxrl: str | None = None, python: str = sys.executable) -> int:
     """Runs (or continues) suite ``name``, records its numbers and rewrites the page; the exit code."""
@@ -308,20 +318,24 @@ def run_suite(name: str, runs_dir: str, docs: str, max_minutes: float | None = N
         try:
             for run_dir, seed in runs if code == 0 else []:
                 if not run_to_end(entry, seed, run_dir, deadline):
-                    print(f"results: stopped after --max-minutes {max_minutes}; run the same command to continue",
-                          file=sys.stderr)
-                    code = STOPPED
+                    code = _stopped(max_minutes)
                     break
         except KeyboardInterrupt:
-            print("results: interrupted; run the same command to continue", file=sys.stderr)
-            code = 130
+            code = _interrupted()
         finished = all(_run_state(run_dir)["finished"] for run_dir, _ in runs)
         summaries.append(summarise(entry, [run_dir for run_dir, _ in runs]) if finished else None)
     peers = old.get("peers", {})
-    if purejaxrl and code == 0:
-        for entry in suite.entries:
-            if entry.purejaxrl:
-                peers[entry.env] = run_peer(entry, purejaxrl, python)
+    try:
+        for entry in suite.entries if purejaxrl and code == 0 else []:
+            done = peers.get(entry.env, {})
+            if not entry.purejaxrl or (done.get("seeds"), done.get("steps")) == (entry.seeds, entry.steps):
+                continue  # a peer run at this budget is reused, as finished podracer runs are
+            if time.time() > deadline:
+                code = _stopped(max_minutes)
+                break
+            peers[entry.env] = run_peer(entry, purejaxrl, python)
+    except KeyboardInterrupt:
+        code = _interrupted()
     data = {"measured": _machine(), "names": [e.name for e in suite.entries], "entries": summaries, "peers": peers}
     with open(data_path, "w") as f:
         json.dump(data, f, indent=1)

@@ -22,10 +22,9 @@ class Reference:
 class Entry:
     """One (architecture, preset, env) trained for ``steps`` agent steps per seed on ``seeds`` seeds.
 
-    Every seed is a run of its own (``--seed``), also on Anakin: there
-    ``--num-seeds`` would train them in one program, but on this machine (jax
-    0.10.2, XLA:CPU) some of those programs never finish their first step (e.g.
-    Catch with 2 seeds x 4 envs; see the results page). ``flags`` are passed to ``podracer`` after
+    Every seed is a run of its own (``--seed``), also on Anakin, where
+    ``--num-seeds`` could train them in one program: so a stopped suite loses at
+    most one seed's unsaved updates and reuses every finished seed. ``flags`` are passed to ``podracer`` after
     the preset's; ``frame_skip`` converts agent steps to frames (4 on Atari).
     ``purejaxrl``: also train PureJaxRL's PPO on the same env and budget.
     """

@@ -89,3 +89,46 @@ def test_a_stopped_suite_continues_and_a_finished_run_is_reused(tmp_path, monkey
     assert results.run_suite("tiny", runs, docs) == 0  # nothing left to train
     assert "finished earlier: reused" in capsys.readouterr().out
     assert len(json.load(open(os.path.join(run_dir, results.STATE_FILE)))["segments"]) == 2
+
+
+FAKE_PUREJAXRL = '''
+import os
+
+import jax.numpy as jnp
+
+
+def make_train(config):
+    """Stands in for PureJaxRL's make_train: every episode returns 7; each call is counted in $FAKE_CALLS."""
+    config["NUM_UPDATES"] = config["TOTAL_TIMESTEPS"] // config["NUM_STEPS"] // config["NUM_ENVS"]
+    with open(os.environ["FAKE_CALLS"], "a") as f:
+        f.write("call\\n")
+
+    def train(rng):
+        shape = (config["NUM_UPDATES"], 2, 3)  # [updates, steps, envs]
+        return {"metrics": {"returned_episode_returns": jnp.full(shape, 7.0), "returned_episode": jnp.ones(shape, bool)}}
+
+    return train
+'''
+
+
+def test_purejaxrl_runs_beside_a_finished_suite_and_is_reused(tmp_path, monkeypatch):
+    checkout = tmp_path / "purejaxrl"
+    (checkout / "purejaxrl").mkdir(parents=True)
+    (checkout / "purejaxrl" / "ppo.py").write_text(FAKE_PUREJAXRL)
+    calls = tmp_path / "calls"
+    monkeypatch.setenv("FAKE_CALLS", str(calls))
+    steps = 64 * 128 * 100  # 100 updates of PureJaxRL's MinAtar batch
+    tiny = Suite(about="a tiny suite", entries=(
+        Entry("anakin", "minatar_ppo", "ppo", "gymnax:Breakout-MinAtar", steps, seeds=3, purejaxrl=True),))
+    monkeypatch.setattr(results, "SUITES", {"tiny": tiny})
+    monkeypatch.setattr(results, "run_to_end", lambda *args: True)  # podracer's own runs are not what this checks
+    docs = str(tmp_path / "docs")
+    assert results.run_suite("tiny", str(tmp_path / "runs"), docs, purejaxrl=str(checkout)) == 0
+    peer = json.load(open(os.path.join(docs, "results", "tiny.json")))["peers"]["gymnax:Breakout-MinAtar"]
+    assert peer["seeds"] == 3 and peer["steps"] == steps and peer["env_steps"][-1] == steps
+    assert peer["final"]["per_run"] == [7.0, 7.0, 7.0]
+    assert "| PureJaxRL PPO |" in open(os.path.join(docs, "results.md")).read()
+    assert calls.read_text().count("call") == 1  # one compiled program for the three seeds
+
+    assert results.run_suite("tiny", str(tmp_path / "runs"), docs, purejaxrl=str(checkout)) == 0
+    assert calls.read_text().count("call") == 1  # the peer run at this budget was reused
