@@ -15,20 +15,46 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NO_EVALUATION = OFF  # benchmarks time training; a final evaluation only adds wall time
 
 
+ACCELERATOR_HELP = ("on a GPU or TPU host: accelerator-sized batches on its own devices; the tables go to "
+                    "sections of their own ('... on an accelerator'), beside the CPU ones")
+
+
 def parser(doc: str) -> argparse.ArgumentParser:
-    """The flags every benchmark script takes: ``--quick``, ``--out``, and the hidden ``--worker``."""
+    """The flags every benchmark script takes: ``--quick``, ``--out``, ``--accelerator`` and the hidden ``--worker``."""
     result = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     result.add_argument("--quick", action="store_true", help="fewer configurations")
     result.add_argument("--out", default="docs/benchmarks.md", help="markdown file to write this benchmark's section into ('' for none)")
+    result.add_argument("--accelerator", action="store_true", help=ACCELERATOR_HELP)
     result.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     return result
 
 
-def measure(script: str, kind: str, devices: int = 2, **spec) -> dict:
-    """Runs ``script --worker '{"kind": kind, **spec}'`` with ``devices`` simulated CPU devices; its BENCH dict."""
-    flags = f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={devices}"
+def heading(title: str, accelerator: bool) -> str:
+    """The report's top-level heading: accelerator tables live beside the CPU ones, not over them."""
+    return f"# {title} on an accelerator" if accelerator else f"# {title}"
+
+
+def worker_env(devices: int | None) -> dict:
+    """The environment of a measurement process: ``devices`` simulated CPU devices, or (None) the host's own."""
+    if devices is None:
+        return {**os.environ, "PODRACER_BENCH_ACCELERATOR": "1"}
+    return {**os.environ, "XLA_FLAGS": f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={devices}"}
+
+
+def check_accelerator() -> None:
+    """In a measurement process of an ``--accelerator`` run: stop unless JAX found a GPU or TPU."""
+    import jax
+
+    if os.environ.get("PODRACER_BENCH_ACCELERATOR") and jax.default_backend() == "cpu":
+        raise SystemExit("--accelerator: JAX found no GPU or TPU on this host (its backend is cpu); "
+                         "run without --accelerator for the CPU tables")
+
+
+def measure(script: str, kind: str, devices: int | None = 2, **spec) -> dict:
+    """Runs ``script --worker '{"kind": kind, **spec}'`` with ``devices`` simulated CPU devices (None: the host's
+    own devices, for ``--accelerator``); its BENCH dict."""
     command = [sys.executable, os.path.abspath(script), "--worker", json.dumps({"kind": kind, **spec})]
-    out = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "XLA_FLAGS": flags}, cwd=ROOT)
+    out = subprocess.run(command, capture_output=True, text=True, env=worker_env(devices), cwd=ROOT)
     for line in out.stdout.splitlines():
         if line.startswith("BENCH "):
             print(line, flush=True)
@@ -39,6 +65,7 @@ def measure(script: str, kind: str, devices: int = 2, **spec) -> dict:
 def serve(spec_json: str, measurements: dict[str, Callable[..., dict]]) -> None:
     """The worker side: runs the measurement ``spec_json`` names and prints its BENCH line."""
     import sebulba  # noqa: F401 - before JAX starts: its dispatch setting, as `podracer` runs
+    check_accelerator()
     spec = json.loads(spec_json)
     result = measurements[spec.pop("kind")](**spec)
     print("BENCH " + json.dumps({**json.loads(spec_json), **result}), flush=True)

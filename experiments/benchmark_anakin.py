@@ -39,6 +39,7 @@ HEADLINE = [  # PureJaxRL's CartPole PPO settings, and its 64-env variant, as qu
 ]
 SWEEP_ENVS = (4, 16, 64, 256, 1024, 4096)
 SWEEP_DEVICES = (1, 2, 8)
+ACCELERATOR_ENVS = (1024, 8192, 65536)  # --accelerator: over every device of the host (devices 0 = all)
 ROLLOUT_LEN = 128
 SWEEP_STEPS = 1_000_000  # per measurement, rounded up to whole updates (at least two)
 PUREJAXRL_CARTPOLE = {  # the `__main__` config of purejaxrl/ppo.py, with DEBUG off
@@ -54,6 +55,7 @@ def worker(args) -> None:
 
     import envs
     from agents import PPOConfig, make_random_policy
+    bench_process.check_accelerator()
     from anakin import AnakinConfig, train, train_agent
 
     steps = max(args.total, 2 * args.num_envs * ROLLOUT_LEN)
@@ -66,7 +68,8 @@ def worker(args) -> None:
         env = envs.make("cartpole")
         result = train_agent(make_random_policy(env.spec), env, config, quiet=True, evaluation=bench_process.NO_EVALUATION)
     print("BENCH " + json.dumps({
-        "mode": args.mode, "devices": args.devices, "num_envs": args.num_envs, "env_steps": result.env_steps,
+        "mode": args.mode, "devices": args.devices or jax.device_count(), "num_envs": args.num_envs,
+        "env_steps": result.env_steps,
         "compile_s": round(result.compile_seconds, 2), "train_s": round(result.train_seconds, 3),
         "sps": round(result.env_steps / result.train_seconds), "backend": jax.default_backend(),
         "final_return": result.records[-1]["episode_return"],
@@ -99,8 +102,7 @@ def measure(mode: str, devices: int, num_envs: int, total: int, python: str = sy
             pythonpath: str | None = None) -> dict:
     command = [python, os.path.abspath(__file__), "--worker", "--mode", mode, "--devices", str(devices),
                "--num-envs", str(num_envs), "--total", str(total)]
-    # A CPU host shows as many devices as asked; accelerators are unaffected by this flag.
-    env = {**os.environ, "XLA_FLAGS": f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={devices}"}
+    env = bench_process.worker_env(devices or None)  # 0: every device of an accelerator host
     if pythonpath:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [pythonpath, os.environ.get("PYTHONPATH")]))
     out = subprocess.run(command, capture_output=True, text=True, check=False, env=env)
@@ -144,6 +146,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="repeats of each headline run (median reported)")
     parser.add_argument("--out", default="docs/benchmarks.md",
                         help="markdown file to write this benchmark's section into ('' for none)")
+    parser.add_argument("--accelerator", action="store_true", help=bench_process.ACCELERATOR_HELP)
     parser.add_argument("--purejaxrl", metavar="DIR", help="a PureJaxRL checkout: time its make_train alongside")
     parser.add_argument("--purejaxrl-python", metavar="PY", default=sys.executable,
                         help="the Python that runs PureJaxRL (default: this one)")
@@ -160,7 +163,7 @@ def main() -> None:
 
     repeats = 1 if args.quick else args.repeats
     headline_rows = []
-    for case in HEADLINE:
+    for case in [] if args.accelerator and not args.purejaxrl else HEADLINE:
         runs, references = [], []
         for _ in range(repeats):  # alternating, so that both see the same drift of the machine
             if args.purejaxrl:
@@ -171,6 +174,8 @@ def main() -> None:
 
     envs_list = (4, 64, 1024) if args.quick else SWEEP_ENVS
     devices_list = (1, 2) if args.quick else SWEEP_DEVICES
+    if args.accelerator:
+        envs_list, devices_list = ACCELERATOR_ENVS, (0,)
     sweep = {}
     for devices in devices_list:
         for num_envs in envs_list:
@@ -180,15 +185,18 @@ def main() -> None:
                 sweep[(devices, num_envs, mode)] = measure(mode, devices, num_envs, SWEEP_STEPS)
 
     lines = [
-        "# Anakin throughput",
+        bench_process.heading("Anakin throughput", args.accelerator),
         "",
         f"Machine: {machine()}.",
         "",
-        "`python experiments/benchmark_anakin.py` (each measurement in a fresh process). PPO on the jittable",
+        f"`python experiments/benchmark_anakin.py{' --accelerator' * args.accelerator}` (each measurement in a fresh "
+        "process). PPO on the jittable",
         f"CartPole-v1, rollout {ROLLOUT_LEN} steps, 4 epochs x 4 minibatches; steps/s are steady-state environment",
         "steps per second (CartPole has no frame-skip: a step is a frame) over the compiled calls; compilation",
         "is reported apart. \"env only\" is the same Anakin program with a random policy that learns nothing.",
         "",
+    ]
+    lines += [
         "## Against PureJaxRL's settings (1 device)",
         "",
         "Medians of the runs listed; the ratio is against PureJaxRL timed in the same benchmark run where it was",
@@ -198,7 +206,7 @@ def main() -> None:
         "",
         "| configuration | podracer steps/s | runs | compile s | return at the end | PureJaxRL steps/s | its runs | its compile s | its return | ratio |",
         "|---|---|---|---|---|---|---|---|---|---|",
-    ]
+    ] if headline_rows else []
     for case, runs, references in headline_rows:
         median = statistics.median(r["sps"] for r in runs)
         if references:
@@ -216,7 +224,8 @@ def main() -> None:
         "",
         "## Batch-size curve",
         "",
-        f"Steady-state steps/s, {SWEEP_STEPS:,} env steps per measurement (at least two updates).",
+        f"Steady-state steps/s, {SWEEP_STEPS:,} env steps per measurement (at least two updates)"
+        + (" on every device of the host." if args.accelerator else "."),
         "",
         "| devices | envs | train steps/s | env only steps/s | train compile s |",
         "|---|---|---|---|---|",
@@ -224,7 +233,8 @@ def main() -> None:
     for (devices, num_envs, mode), row in sweep.items():
         if mode == "train":
             env_row = sweep[(devices, num_envs, "env")]
-            lines.append(f"| {devices} | {num_envs} | {row['sps']:,} | {env_row['sps']:,} | {row['compile_s']:.1f} |")
+            lines.append(f"| {row['devices']} | {num_envs} | {row['sps']:,} | {env_row['sps']:,} | "
+                         f"{row['compile_s']:.1f} |")
     bench_process.report(lines, args.out)
 
 if __name__ == "__main__":

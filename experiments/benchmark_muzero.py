@@ -42,13 +42,13 @@ def _search(env_id: str, batch: int, simulations: int, calls: int) -> dict:
     return {"ms_per_search": 1e3 * seconds, "simulations_per_s": batch * simulations / seconds, "compile_s": compile_s}
 
 
-def _sebulba(env_id: str, envs_per_thread: int, simulations: int, updates: int) -> dict:
+def _sebulba(env_id: str, envs_per_thread: int, simulations: int, updates: int, learner_devices: str = "1") -> dict:
     from agents import MuZeroConfig
     from sebulba.config import SebulbaConfig
     from sebulba.run import train
 
     rollout = 16
-    config = SebulbaConfig(actor_devices="0", learner_devices="1", envs_per_thread=envs_per_thread,
+    config = SebulbaConfig(actor_devices="0", learner_devices=learner_devices, envs_per_thread=envs_per_thread,
                            rollout_len=rollout, total_env_steps=updates * envs_per_thread * rollout,
                            log_interval=updates * envs_per_thread * rollout)
     agent_config = MuZeroConfig(num_simulations=simulations, replay_capacity=200, batch_size=64)
@@ -57,28 +57,47 @@ def _sebulba(env_id: str, envs_per_thread: int, simulations: int, updates: int) 
             "timings": result.timings, "train_s": result.train_seconds}
 
 
-def measure(kind: str, devices: int = 2, **spec) -> dict:
+def measure(kind: str, devices: int | None = 2, **spec) -> dict:
     return bench_process.measure(__file__, kind, devices, **spec)
+
+
+def cpu_plan(quick: bool) -> tuple[list[dict], list[dict]]:
+    """The (search, Sebulba) measurements on simulated CPU devices."""
+    batches = (16, 256) if quick else (16, 64, 256)
+    simulations = (8, 32) if quick else (8, 16, 32, 64)
+    searches = [dict(env_id="CartPole-v1", batch=b, simulations=s, calls=10) for b in batches for s in simulations]
+    searches.append(dict(env_id="Breakout-v5", batch=16, simulations=16, calls=3))
+    runs = [dict(env_id="CartPole-v1", envs_per_thread=16, simulations=16, updates=40)]
+    if not quick:
+        runs.append(dict(env_id="Breakout-v5", envs_per_thread=8, simulations=8, updates=4))
+    return searches, runs
+
+
+def accelerator_plan() -> tuple[list[dict], list[dict]]:
+    """The measurements on the host's own devices, at accelerator-sized search batches."""
+    searches = [dict(devices=None, env_id="CartPole-v1", batch=b, simulations=s, calls=10)
+                for b in (256, 2048) for s in (16, 64)]
+    searches.append(dict(devices=None, env_id="Breakout-v5", batch=256, simulations=16, calls=5))
+    runs = [dict(devices=None, env_id="Breakout-v5", envs_per_thread=64, simulations=16, updates=10,
+                 learner_devices="auto")]
+    return searches, runs
 
 
 def main() -> None:
     args = bench_process.parser(__doc__).parse_args()
     if args.worker:
         return bench_process.serve(args.worker, {"search": _search, "sebulba": _sebulba})
-    batches = (16, 256) if args.quick else (16, 64, 256)
-    simulations = (8, 32) if args.quick else (8, 16, 32, 64)
-    searches = [measure("search", env_id="CartPole-v1", batch=b, simulations=s, calls=10)
-                for b in batches for s in simulations]
-    searches.append(measure("search", env_id="Breakout-v5", batch=16, simulations=16, calls=3))
-    runs = [measure("sebulba", env_id="CartPole-v1", envs_per_thread=16, simulations=16, updates=40)]
-    if not args.quick:
-        runs.append(measure("sebulba", env_id="Breakout-v5", envs_per_thread=8, simulations=8, updates=4))
+    search_plan, run_plan = accelerator_plan() if args.accelerator else cpu_plan(args.quick)
+    searches = [measure("search", **spec) for spec in search_plan]
+    runs = [measure("sebulba", **spec) for spec in run_plan]
 
+    where = "the first device of the host" if args.accelerator else "one CPU device"
     lines = [
-        "# MuZero throughput",
+        bench_process.heading("MuZero throughput", args.accelerator),
         "",
-        "`python experiments/benchmark_muzero.py` on the same machine: Gumbel MuZero search (mctx) with the",
-        "default networks (MLP for CartPole, the downsampling ResNet at widths 32/64 for Atari), one CPU device.",
+        f"`python experiments/benchmark_muzero.py{' --accelerator' * args.accelerator}` on the same machine: "
+        "Gumbel MuZero search (mctx) with the",
+        f"default networks (MLP for CartPole, the downsampling ResNet at widths 32/64 for Atari), {where}.",
         "",
         "| env | batch | simulations | ms per search | simulations/s |",
         "|---|---|---|---|---|",
@@ -88,7 +107,8 @@ def main() -> None:
                      f"{r['simulations_per_s']:,.0f} |")
     lines += [
         "",
-        "Sebulba MuZero end to end (actor on CPU device 0 with the search, learner on CPU device 1, rollout 16):",
+        "Sebulba MuZero end to end (actor on device 0 with the search, learner on device 1, or on device 0 where it",
+        "is the only one; rollout 16):",
         "",
         "| env | envs per thread | simulations | agent steps/s | frames/s | inference s | learner update s |",
         "|---|---|---|---|---|---|---|",

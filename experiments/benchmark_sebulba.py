@@ -50,10 +50,12 @@ def _raw(env_id: str, num_envs: int, batch_size: int, threads: int, seconds: flo
     return {"sps": steps / (time.perf_counter() - start)}
 
 
-def _actors(env_id: str, num_envs: int, threads: int, rollouts: int, actor_threads: int = 1, env_batches: int = 2) -> dict:
-    """Sebulba with a learner that learns nothing: ``actor_threads`` actor threads on CPU device 0, each with
+def _actors(env_id: str, num_envs: int, threads: int, rollouts: int, actor_threads: int = 1, env_batches: int = 2,
+            learner_devices: str = "1") -> dict:
+    """Sebulba with a learner that learns nothing: ``actor_threads`` actor threads on device 0, each with
     ``env_batches`` envpool batches of ``num_envs`` (``threads`` envpool workers each) and real PPO
-    inference, shipping trajectories to device 1. The first two rollouts (compilation, warm-up) are left out."""
+    inference, shipping trajectories to ``learner_devices``. The first two rollouts (compilation, warm-up) are
+    left out."""
     import jax.numpy as jnp
 
     from agents import PPOConfig, make_ppo
@@ -62,7 +64,7 @@ def _actors(env_id: str, num_envs: int, threads: int, rollouts: int, actor_threa
 
     rollout_len, warm_up = 32, 2
     steps_per_update = actor_threads * num_envs * env_batches * rollout_len
-    config = SebulbaConfig(actor_devices="0", learner_devices="1", actor_threads=actor_threads,
+    config = SebulbaConfig(actor_devices="0", learner_devices=learner_devices, actor_threads=actor_threads,
                            envs_per_thread=num_envs * env_batches, env_batches=env_batches, rollout_len=rollout_len,
                            total_env_steps=(warm_up + rollouts) * steps_per_update,
                            log_interval=warm_up * steps_per_update)  # the first record ends the warm-up
@@ -94,40 +96,61 @@ def _train(env_id: str, agent: str, envs_per_thread: int, actor_devices: str, le
             "compile_s": result.compile_seconds, "timings": result.timings, "train_s": result.train_seconds}
 
 
-def measure(kind: str, devices: int = 2, **spec) -> dict:
+def measure(kind: str, devices: int | None = 2, **spec) -> dict:
     return bench_process.measure(__file__, kind, devices, **spec)
+
+
+def cpu_plan(quick: bool) -> tuple[list[dict], list[dict], list[dict]]:
+    """The (raw, actors, train) measurements on simulated CPU devices, envpool on 2 threads."""
+    seconds = 3.0 if quick else 6.0
+    raw = [dict(env_id=env_id, num_envs=num_envs, batch_size=batch, threads=2, seconds=seconds)
+           for env_id, num_envs, batch in [(CLASSIC, 64, 64), (CLASSIC, 128, 64), (ATARI[0], 16, 16),
+                                           (ATARI[0], 32, 32), (ATARI[1], 16, 16), (ATARI[1], 32, 32)]]
+    actors = [dict(env_id=env_id, num_envs=num_envs, threads=2, rollouts=rollouts)
+              for env_id, num_envs, rollouts in [(CLASSIC, 64, 40), (CLASSIC, 16, 40), (ATARI[0], 16, 6),
+                                                 (ATARI[0], 32, 4)]]
+    train = [dict(devices=2, env_id=ATARI[0], agent="ppo", envs_per_thread=16, actor_devices="0", learner_devices="1",
+                  actor_threads=1, rollout_len=32, updates=6)]
+    batches = (32, 128) if quick else (32, 64, 128)
+    splits = [("0", "1")] if quick else [("0", "1"), ("0", "1,2"), ("0,1", "2,3")]
+    for actor_devices, learner_devices in splits:
+        devices = 1 + max(int(i) for i in (actor_devices + "," + learner_devices).split(","))
+        train += [dict(devices=devices, env_id=ATARI[0], agent="impala", envs_per_thread=batch, actor_devices=actor_devices,
+                       learner_devices=learner_devices, actor_threads=1, rollout_len=20, updates=3) for batch in batches]
+    return raw, actors, train
+
+
+def accelerator_plan() -> tuple[list[dict], list[dict], list[dict]]:
+    """The measurements on the host's own devices: envpool on every core, the paper's actor batches.
+
+    Acting on device 0, learning on every other device (on device 0 too where it is the only one)."""
+    threads = os.cpu_count() or 1
+    raw = [dict(devices=None, env_id=env_id, num_envs=num_envs, batch_size=batch, threads=threads, seconds=5.0)
+           for env_id in ATARI for num_envs, batch in [(128, 128), (256, 128)]]
+    actors = [dict(devices=None, env_id=ATARI[0], num_envs=128, threads=threads, rollouts=10, learner_devices="auto")]
+    train = [dict(devices=None, env_id=ATARI[0], agent=agent, envs_per_thread=batch, actor_devices="0",
+                  learner_devices="auto", actor_threads=2, rollout_len=rollout, updates=20)
+             for agent, batch, rollout in [("ppo", 64, 32), ("impala", 32, 20), ("impala", 128, 20)]]
+    return raw, actors, train
 
 
 def main() -> None:
     args = bench_process.parser(__doc__).parse_args()
     if args.worker:
         return bench_process.serve(args.worker, {"raw": _raw, "actors": _actors, "train": _train})
-    seconds = 3.0 if args.quick else 6.0
-
-    raw_rows, actor_rows = [], []
-    for env_id, num_envs, batch in [(CLASSIC, 64, 64), (CLASSIC, 128, 64), (ATARI[0], 16, 16), (ATARI[0], 32, 32),
-                                    (ATARI[1], 16, 16), (ATARI[1], 32, 32)]:
-        raw_rows.append(measure("raw", env_id=env_id, num_envs=num_envs, batch_size=batch, threads=2, seconds=seconds))
-    for env_id, num_envs, rollouts in [(CLASSIC, 64, 40), (CLASSIC, 16, 40), (ATARI[0], 16, 6), (ATARI[0], 32, 4)]:
-        actor_rows.append(measure("actors", env_id=env_id, num_envs=num_envs, threads=2, rollouts=rollouts))
-
-    train_rows = [measure("train", env_id=ATARI[0], agent="ppo", envs_per_thread=16, actor_devices="0",
-                          learner_devices="1", actor_threads=1, rollout_len=32, updates=6)]
-    batches = (32, 128) if args.quick else (32, 64, 128)
-    splits = [("0", "1")] if args.quick else [("0", "1"), ("0", "1,2"), ("0,1", "2,3")]
-    for actor_devices, learner_devices in splits:
-        for batch in batches:
-            devices = 1 + max(int(i) for i in (actor_devices + "," + learner_devices).split(","))
-            train_rows.append(measure("train", devices=devices, env_id=ATARI[0], agent="impala", envs_per_thread=batch,
-                                      actor_devices=actor_devices, learner_devices=learner_devices, actor_threads=1,
-                                      rollout_len=20, updates=3))
+    raw_plan, actors_plan, train_plan = accelerator_plan() if args.accelerator else cpu_plan(args.quick)
+    raw_rows = [measure("raw", **spec) for spec in raw_plan]
+    actor_rows = [measure("actors", **spec) for spec in actors_plan]
+    train_rows = [measure("train", **spec) for spec in train_plan]
 
     raw_sps = {(r["env_id"], r["num_envs"]): r["sps"] for r in raw_rows}
+    threads = raw_plan[0]["threads"]
     lines = [
-        "# Sebulba throughput",
+        bench_process.heading("Sebulba throughput", args.accelerator),
         "",
-        "`python experiments/benchmark_sebulba.py` on the same machine. Agent steps/s; frames/s = agent steps x",
-        "frame-skip (4 on Atari). envpool runs 2 C++ worker threads per batch.",
+        f"`python experiments/benchmark_sebulba.py{' --accelerator' * args.accelerator}` on the same machine. "
+        "Agent steps/s; frames/s = agent steps x",
+        f"frame-skip (4 on Atari). envpool runs {threads} C++ worker threads per batch.",
         "",
         "## Raw envpool, random actions (the host limit)",
         "",
@@ -139,7 +162,7 @@ def main() -> None:
         lines.append(f"| {r['env_id']} | {r['num_envs']} | {r['batch_size']} | {r['sps']:,.0f} | {r['sps'] * skip:,.0f} |")
     lines += [
         "",
-        "## Actors alone (inference on CPU device 0, trajectories to CPU device 1, no learning)",
+        "## Actors alone (inference on device 0, trajectories to the learner device, no learning)",
         "",
         "Sebulba with a learner that learns nothing but still takes every trajectory and publishes parameters",
         "after each update; the first two rollouts (compilation, warm-up) are left out.",
@@ -157,13 +180,14 @@ def main() -> None:
         "",
         "## Full training (the paper's Figure 4b in form: Breakout-v5, rollout 20 for IMPALA)",
         "",
-        "| agent | actor devices | learner devices | envs per thread | agent steps/s | frames/s | learner busy |",
-        "|---|---|---|---|---|---|---|",
+        "| agent | actor devices | learner devices | actor threads | envs per thread | agent steps/s | frames/s | "
+        "learner busy | compile s |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in train_rows:
         busy = r["timings"].get("learner_update", 0) / max(r["train_s"], 1e-9)
-        lines.append(f"| {r['agent']} | {r['actor_devices']} | {r['learner_devices']} | {r['envs_per_thread']} | "
-                     f"{r['sps']:,.1f} | {r['fps']:,.0f} | {busy:.0%} |")
+        lines.append(f"| {r['agent']} | {r['actor_devices']} | {r['learner_devices']} | {r['actor_threads']} | "
+                     f"{r['envs_per_thread']} | {r['sps']:,.1f} | {r['fps']:,.0f} | {busy:.0%} | {r['compile_s']:.1f} |")
     bench_process.report(lines, args.out)
 
 

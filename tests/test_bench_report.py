@@ -1,5 +1,9 @@
 """The benchmark scripts share one markdown file: each rewrites its own section and keeps the others."""
 
+import os
+
+import pytest
+
 from experiments import bench_process
 
 
@@ -24,3 +28,27 @@ def test_an_empty_out_only_prints(tmp_path, capsys, monkeypatch):
     bench_process.report(["# Anakin throughput", "row"], "")
     assert "row" in capsys.readouterr().out
     assert list(tmp_path.rglob("*")) == []
+
+
+def test_accelerator_tables_go_beside_the_cpu_ones(tmp_path):
+    out = tmp_path / "benchmarks.md"
+    bench_process.report([bench_process.heading("Anakin throughput", False), "", "cpu"], str(out))
+    bench_process.report([bench_process.heading("Anakin throughput", True), "", "gpu v1"], str(out))
+    bench_process.report([bench_process.heading("Anakin throughput", True), "", "gpu v2"], str(out))
+    assert out.read_text() == "# Anakin throughput\n\ncpu\n\n# Anakin throughput on an accelerator\n\ngpu v2\n"
+
+
+def test_accelerator_plans_use_the_hosts_own_devices():
+    from experiments import benchmark_muzero, benchmark_sebulba
+
+    plans = [*benchmark_sebulba.accelerator_plan(), *benchmark_muzero.accelerator_plan()]
+    specs = [spec for plan in plans for spec in plan]
+    assert specs and all(spec["devices"] is None for spec in specs)  # no simulated CPU devices
+    assert all(spec.get("learner_devices", "auto") == "auto" for spec in specs)  # device 0 alone is enough
+    assert bench_process.worker_env(None).get("XLA_FLAGS") == os.environ.get("XLA_FLAGS")
+
+
+def test_an_accelerator_measurement_refuses_a_cpu_only_host():
+    with pytest.raises(RuntimeError, match="JAX found no GPU or TPU"):
+        bench_process.measure("experiments/benchmark_muzero.py", "search", None, env_id="CartPole-v1", batch=2,
+                              simulations=2, calls=1)

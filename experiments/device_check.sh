@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# The accelerator benchmarks in one run, for the first time anyone has a GPU or TPU host:
+#
+#     bash experiments/device_check.sh            # on a host where JAX already sees the accelerator
+#
+# Installs the project (pip install ., which keeps the accelerator's jax if it satisfies ours), refuses to
+# go on if JAX sees no GPU or TPU, then runs the Anakin, Sebulba and MuZero benchmarks with --accelerator
+# (accelerator-sized batches on the host's own devices, about 8 minutes in all as planned; not yet timed on
+# a device). Their tables go into docs/benchmarks.md under headings of their own ("... on an accelerator"),
+# beside the CPU tables, and the whole log to device_check.log (or $OUT/device_check.log where OUT is set).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PYTHONUNBUFFERED=1
+log="${OUT:-.}/device_check.log"
+python -m pip install --quiet .
+python - <<'PY'
+import sys
+
+import jax
+
+if jax.default_backend() == "cpu":
+    sys.exit("device_check: JAX sees no GPU or TPU on this host (backend cpu); the CPU benchmarks run without "
+             "--accelerator")
+print(f"device_check: {jax.device_count()} x {jax.devices()[0].device_kind}, jax {jax.__version__}")
+PY
+start=$SECONDS
+for bench in anakin sebulba muzero; do
+    echo "device_check: benchmark_$bench --accelerator" | tee -a "$log"
+    python "experiments/benchmark_$bench.py" --accelerator 2>&1 | tee -a "$log"
+    echo "device_check: benchmark_$bench took $((SECONDS - start)) s so far" | tee -a "$log"
+done
+if [ -n "${OUT:-}" ]; then cp docs/benchmarks.md "$OUT/"; fi
+echo "device_check: done in $((SECONDS - start)) s; the tables are in docs/benchmarks.md"
