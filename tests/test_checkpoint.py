@@ -76,13 +76,13 @@ def test_sigterm_then_resume_gives_the_uninterrupted_parameters_and_gapless_metr
 def test_observation_statistics_resume_bit_exactly(tmp_path):
     """Pendulum with a Gaussian policy and --normalize-observations, stopped mid-run on 2 devices and resumed."""
     preset = ANAKIN_PRESETS["pendulum_ppo"]
-    config = AnakinConfig(**{**preset["anakin"], "total_env_steps": 100_000, "log_interval": 8192}, num_devices=2)
+    config = AnakinConfig(**{**preset["anakin"], "total_env_steps": 50_000, "log_interval": 8192}, num_devices=2)
     run_dir = str(tmp_path / "stopped")
-    flags = ["--preset", "pendulum_ppo", "--num-devices", "2", "--total-env-steps", "100000", "--log-interval",
+    flags = ["--preset", "pendulum_ppo", "--num-devices", "2", "--total-env-steps", "50000", "--log-interval",
              "8192", "--checkpoint-every", "4", "--eval-episodes", "0", "--logdir", run_dir]
     assert _sigterm_after_progress(_cli(*flags), lines=2) == 143
     stopped = [json.loads(line) for line in open(os.path.join(run_dir, "metrics.jsonl"))]
-    assert stopped and stopped[-1]["env_steps"] < 90_000
+    assert stopped and stopped[-1]["env_steps"] < 45_000
 
     agent_config = PPOConfig(**preset["agent_config"])
     resumed = train("ppo", agent_config, preset["env"], config, run_dir, quiet=True, resume=True,
