@@ -208,9 +208,11 @@ def plot_env(suite_name: str, env: str, entries: list[dict], peers: dict, out: s
     peer = peers.get(env)
     if peer:
         returns = np.array([[np.nan if v is None else v for v in row] for row in peer["returns"]])
-        seconds = np.array(peer["env_steps"]) / peer["env_steps"][-1] * peer["train_s"] / peer["seeds"]  # seeds in turn
-        for axis, x in ((by_steps, peer["env_steps"]), (by_time, seconds)):
-            axis.plot(x, np.nanmean(returns, axis=1), color="black", label=f"{peer['peer']} training")
+        ended = np.isfinite(returns).any(axis=1)  # windows where some seed ended an episode (Freeway's are long)
+        steps = np.array(peer["env_steps"])[ended]
+        seconds = steps / peer["env_steps"][-1] * peer["train_s"] / peer["seeds"]  # the seeds ran in turn
+        for axis, x in ((by_steps, steps), (by_time, seconds)):
+            axis.plot(x, np.nanmean(returns[ended], axis=1), color="black", label=f"{peer['peer']} training")
     by_steps.set_xlabel("frames" if skip > 1 else "environment steps (per seed)")
     by_time.set_xlabel("training seconds (compilation excluded)")
     for axis in (by_steps, by_time):
