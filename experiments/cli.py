@@ -26,7 +26,7 @@ from podracer.config import add_flags, flag_name, from_flags, given_flags, round
 from podracer.distributed import CoordinatorUnreachable, say_goodbye
 from podracer.errors import NonFiniteLossError
 from podracer.runlog import CONFIG_FILE, read_run_config
-from podracer.signals import route_signals_to_main_thread
+from podracer.signals import arrived, route_signals_to_main_thread
 from sebulba.config import SebulbaConfig, topology
 from sebulba.lifecycle import WorkerFailed
 
@@ -368,7 +368,8 @@ def main(argv: list[str] | None = None) -> int:
         if not known:
             print(f"\npodracer: error: unknown command {argv[0]!r}", file=sys.stderr)
         return 0 if known else 2
-    previous = signal.signal(signal.SIGTERM, _interrupt)  # a run's driver takes the signals over while it runs
+    # A run's driver takes the signals over while it runs; before and after, either one ends the command.
+    previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
     if as_program:
         route_signals_to_main_thread()  # before JAX starts the threads a signal must not land on
     try:
@@ -378,11 +379,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"podracer {argv[0]}: stopped by {name} before the run started", file=sys.stderr)
         return SIGNAL_EXIT_CODES[name]
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _interrupt(signum, frame):
-    raise KeyboardInterrupt("SIGTERM")
+    raise KeyboardInterrupt(arrived(signum))
 
 
 if __name__ == "__main__":

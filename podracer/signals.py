@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import _thread
+import collections
 import contextlib
 import signal
 import threading
+
+_routed: collections.deque[int] = collections.deque()  # signals the watcher has handed on, in arrival order
 
 
 class StopRequested(Exception):
@@ -20,7 +23,7 @@ def stop_on_signals(stop: threading.Event, caught: list[str]):
         return
 
     def handler(signum, frame):
-        caught.append(signal.Signals(signum).name)
+        caught.append(arrived(signum))
         stop.set()
 
     previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
@@ -30,6 +33,21 @@ def stop_on_signals(stop: threading.Event, caught: list[str]):
         for sig, old in previous.items():
             signal.signal(sig, old)
 
+
+
+def arrived(signum: int) -> str:
+    """The name of the signal a handler runs for, taken in the order the signals arrived.
+
+    Where :func:`route_signals_to_main_thread` hands signals on, two that are
+    pending at once have their handlers run by Python in signal-number order
+    (SIGINT before SIGTERM), not in the order they came; every handler of a
+    routed signal calls this, and gets the oldest one not yet handled.
+    """
+    try:
+        signum = _routed.popleft()
+    except IndexError:  # not routed: the handler's own signal is the one that came
+        pass
+    return signal.Signals(signum).name
 
 
 def route_signals_to_main_thread() -> None:
@@ -44,7 +62,8 @@ def route_signals_to_main_thread() -> None:
     inherits the block, and a daemon thread ``sigwait``-s for them and hands each
     to the main thread with ``_thread.interrupt_main``, where Python runs the
     handler installed for it (``signal.signal``) as usual, at the next bytecode:
-    podracer's waits poll every 0.1 s. Call it once, first thing, from the main
+    podracer's waits poll every 0.1 s. Handlers take the signal's name from
+    :func:`arrived`, which keeps the order the signals came in. Call it once, first thing, from the main
     thread, after installing handlers for both signals (a signal whose handler is
     the default is dropped by ``interrupt_main``). Child processes inherit the
     blocked mask: this is for a process that starts none.
@@ -54,6 +73,8 @@ def route_signals_to_main_thread() -> None:
 
     def watch():
         while True:
-            _thread.interrupt_main(signal.sigwait(watched))
+            signum = signal.sigwait(watched)
+            _routed.append(signum)
+            _thread.interrupt_main(signum)
 
     threading.Thread(target=watch, name="podracer-signals", daemon=True).start()

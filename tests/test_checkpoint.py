@@ -1,5 +1,6 @@
 """Checkpoints: SIGTERM mid-run then --resume ends with exactly the uninterrupted parameters; clear refusals."""
 
+import collections
 import glob
 import json
 import os
@@ -298,6 +299,16 @@ while not handled and time.time() < deadline:
     time.sleep(0.01)
 print(len(watcher), len(new), sum(map(blocks, new)), handled)
 """
+
+
+def test_routed_signals_are_named_in_the_order_they_came(monkeypatch):
+    """CI once stopped a run "by SIGINT" that had been sent SIGTERM, then SIGINT 50 ms later: with both pending in
+    the main thread, Python runs SIGINT's handler first. The watcher's record of arrivals names them."""
+    from podracer import signals
+
+    monkeypatch.setattr(signals, "_routed", collections.deque([signal.SIGTERM, signal.SIGINT]))  # as they came
+    assert [signals.arrived(signal.SIGINT), signals.arrived(signal.SIGTERM)] == ["SIGTERM", "SIGINT"]
+    assert signals.arrived(signal.SIGINT) == "SIGINT"  # nothing routed (a notebook): the handler's own signal
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
