@@ -41,6 +41,16 @@ def worker_env(devices: int | None) -> dict:
     return {**os.environ, "XLA_FLAGS": f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={devices}"}
 
 
+def refuse_cpu_only_host(parser: argparse.ArgumentParser) -> None:
+    """For ``--accelerator``: a one-line error (exit 2) before any measurement if JAX sees no GPU or TPU.
+
+    Asked in a child process, so that this one never holds the accelerator its measurements need."""
+    probe = "import jax; print(jax.default_backend())"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=worker_env(None))
+    if out.returncode or out.stdout.strip() == "cpu":
+        parser.error("--accelerator: JAX sees no GPU or TPU on this host; run without it for the CPU tables")
+
+
 def check_accelerator() -> None:
     """In a measurement process of an ``--accelerator`` run: stop unless JAX found a GPU or TPU."""
     import jax

@@ -158,6 +158,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.worker:
         return purejaxrl_worker(args) if args.mode == "purejaxrl" else worker(args)
+    if args.accelerator:
+        bench_process.refuse_cpu_only_host(parser)
     if args.purejaxrl and not os.path.isfile(os.path.join(args.purejaxrl, "purejaxrl", "ppo.py")):
         parser.error(f"--purejaxrl {args.purejaxrl}: no purejaxrl/ppo.py there (a checkout of luchris429/purejaxrl)")
 

@@ -84,7 +84,10 @@ def accelerator_plan() -> tuple[list[dict], list[dict]]:
 
 
 def main() -> None:
-    args = bench_process.parser(__doc__).parse_args()
+    parser = bench_process.parser(__doc__)
+    args = parser.parse_args()
+    if args.accelerator and not args.worker:
+        bench_process.refuse_cpu_only_host(parser)
     if args.worker:
         return bench_process.serve(args.worker, {"search": _search, "sebulba": _sebulba})
     search_plan, run_plan = accelerator_plan() if args.accelerator else cpu_plan(args.quick)

@@ -52,3 +52,13 @@ def test_an_accelerator_measurement_refuses_a_cpu_only_host():
     with pytest.raises(RuntimeError, match="JAX found no GPU or TPU"):
         bench_process.measure("experiments/benchmark_muzero.py", "search", None, env_id="CartPole-v1", batch=2,
                               simulations=2, calls=1)
+
+
+@pytest.mark.parametrize("script", ["benchmark_anakin.py", "benchmark_sebulba.py", "benchmark_muzero.py"])
+def test_accelerator_on_a_cpu_only_host_is_a_one_line_error(script):
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, os.path.join(bench_process.ROOT, "experiments", script), "--accelerator",
+                          "--out", ""], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and "JAX sees no GPU or TPU" in out.stderr and "Traceback" not in out.stderr
