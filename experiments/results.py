@@ -88,15 +88,18 @@ def run_to_end(entry: Entry, seed: int, run_dir: str, deadline: float) -> bool:
     child = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, text=True)
     timer = threading.Timer(max(0.0, deadline - start), child.send_signal, (signal.SIGTERM,))
     timer.start()
-    result_line, interrupted = None, False
+    result_line, interrupted = None, None
     try:
         for line in child.stdout:
             print(line, end="", flush=True)
             if line.startswith("RESULT "):
                 result_line = line.split()[1:]
         child.wait()
-    except KeyboardInterrupt:  # the child got the same SIGINT: it checkpoints and exits
-        interrupted = True
+    except KeyboardInterrupt as interrupt:
+        # Ctrl-C in a terminal reaches the child too, but a signal sent to this process alone (`kill`, `timeout`,
+        # a scheduler's SIGTERM) must be passed on, or the child trains on. A run stops once however often told.
+        interrupted = interrupt
+        child.send_signal(getattr(signal, _signal_name(interrupt)))
         child.wait()
     finally:
         timer.cancel()
@@ -108,7 +111,7 @@ def run_to_end(entry: Entry, seed: int, run_dir: str, deadline: float) -> bool:
         state["compile_seconds"] = float(result.get("compile_s", "nan"))
     _save_run_state(run_dir, state)
     if interrupted:
-        raise KeyboardInterrupt
+        raise interrupted
     if child.returncode not in STOP_CODES:
         raise RuntimeError(f"{' '.join(command[3:])} failed (exit code {child.returncode}); see its output above")
     return finished
@@ -302,9 +305,14 @@ def _stopped(max_minutes: float) -> int:
     return STOPPED
 
 
-def _interrupted() -> int:
-    print("results: interrupted; run the same command to continue", file=sys.stderr)
-    return 130
+def _signal_name(interrupt: KeyboardInterrupt) -> str:
+    return interrupt.args[0] if interrupt.args else "SIGINT"  # SIGTERM's handler names it; Ctrl-C's does not
+
+
+def _interrupted(interrupt: KeyboardInterrupt) -> int:
+    name = _signal_name(interrupt)
+    print(f"results: stopped by {name}; run the same command to continue", file=sys.stderr)
+    return 128 + getattr(signal, name)
 
 
 def run_suite(name: str, runs_dir: str, docs: str, max_minutes: float | None = None,
@@ -322,8 +330,8 @@ def run_suite(name: str, runs_dir: str, docs: str, max_minutes: float | None = N
                 if not run_to_end(entry, seed, run_dir, deadline):
                     code = _stopped(max_minutes)
                     break
-        except KeyboardInterrupt:
-            code = _interrupted()
+        except KeyboardInterrupt as interrupt:
+            code = _interrupted(interrupt)
         finished = all(_run_state(run_dir)["finished"] for run_dir, _ in runs)
         summaries.append(summarise(entry, [run_dir for run_dir, _ in runs]) if finished else None)
     peers = old.get("peers", {})
@@ -336,8 +344,8 @@ def run_suite(name: str, runs_dir: str, docs: str, max_minutes: float | None = N
                 code = _stopped(max_minutes)
                 break
             peers[entry.env] = run_peer(entry, purejaxrl, python)
-    except KeyboardInterrupt:
-        code = _interrupted()
+    except KeyboardInterrupt as interrupt:
+        code = _interrupted(interrupt)
     data = {"measured": _machine(), "names": [e.name for e in suite.entries], "entries": summaries, "peers": peers}
     with open(data_path, "w") as f:
         json.dump(data, f, indent=1)
@@ -353,6 +361,10 @@ def _machine() -> str:
     cores = os.cpu_count()
     return (f"{time.strftime('%Y-%m-%d')}, {platform.processor() or platform.machine()} with {cores} cores, "
             f"jax {jax.__version__} ({jax.default_backend()})")
+
+
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -377,7 +389,11 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--max-minutes must be positive, got {args.max_minutes}")
     if args.purejaxrl and not os.path.isfile(os.path.join(args.purejaxrl, "purejaxrl", "ppo.py")):
         parser.error(f"--purejaxrl {args.purejaxrl}: no purejaxrl/ppo.py there (a checkout of luchris429/purejaxrl)")
-    return run_suite(args.suite, args.runs_dir, args.docs, args.max_minutes, args.purejaxrl, args.purejaxrl_python)
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)  # SIGTERM stops a suite as Ctrl-C does
+    try:
+        return run_suite(args.suite, args.runs_dir, args.docs, args.max_minutes, args.purejaxrl, args.purejaxrl_python)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":

@@ -132,3 +132,38 @@ def test_purejaxrl_runs_beside_a_finished_suite_and_is_reused(tmp_path, monkeypa
 
     assert results.run_suite("tiny", str(tmp_path / "runs"), docs, purejaxrl=str(checkout)) == 0
     assert calls.read_text().count("call") == 1  # the peer run at this budget was reused
+
+
+SIGTERMED_SUITE = '''
+import sys
+
+from experiments import results
+from experiments.suites import Entry, Suite
+
+results.SUITES = {"long": Suite(about="one run far longer than the test", entries=(
+    Entry("anakin", "catch_ppo", "ppo", "catch", 10**9, seeds=1),))}
+sys.exit(results.main(["--suite", "long", "--runs-dir", sys.argv[1], "--docs", sys.argv[2]]))
+'''
+
+
+@pytest.mark.slow
+def test_a_sigterm_to_the_suite_alone_stops_its_run_with_a_checkpoint(tmp_path):
+    """`kill`, `timeout` and schedulers signal the suite's process only: the run it started must stop too."""
+    import signal
+    import subprocess
+    import sys
+
+    runs, docs = tmp_path / "runs", tmp_path / "docs"
+    suite = subprocess.Popen([sys.executable, "-c", SIGTERMED_SUITE, str(runs), str(docs)], cwd=results.ROOT,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    for line in suite.stdout:  # the run is training once it has compiled
+        if line.startswith("compiled in"):
+            break
+    suite.send_signal(signal.SIGTERM)
+    output = suite.communicate(timeout=120)[0]
+    assert suite.returncode == 143, output
+    assert "stopped by SIGTERM; run the same command to continue" in output
+    run_dir = runs / "long" / "anakin-ppo-catch-seed0"
+    state = json.load(open(run_dir / results.STATE_FILE))
+    assert state["segments"][-1]["exit_code"] == 143 and not state["finished"]  # the run itself stopped cleanly
+    assert (run_dir / "checkpoints").is_dir()
