@@ -57,10 +57,10 @@ def vtrace_loss(
 def make_impala(config: ImpalaConfig, spec: EnvSpec, shape: BatchShape = BatchShape()) -> Agent:
     """An IMPALA :class:`Agent`: one gradient step per trajectory batch."""
     parts = actor_critic.build(config, spec, shape.num_updates)
-    network, policy = parts.network, parts.policy
+    policy = parts.policy
 
     def loss_fn(params, traj: Trajectory):
-        policy_out, values = actor_critic.time_major(lambda obs: network.apply(params, obs))(traj.obs)
+        policy_out, values = actor_critic.time_major(lambda obs: actor_critic.apply_network(parts, params, obs))(traj.obs)
         policy_out = jax.tree.map(lambda x: x[:-1], policy_out)
         log_prob, entropy = policy.log_prob_and_entropy(policy_out, traj.action, traj.extras)
         return vtrace_loss(log_prob, entropy, values, traj, config)

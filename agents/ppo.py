@@ -80,11 +80,11 @@ def make_ppo(config: PPOConfig, spec: EnvSpec, shape: BatchShape = BatchShape())
     check_knobs(config)
     steps = shape.num_updates * config.num_epochs * config.num_minibatches if shape.num_updates else None
     parts = actor_critic.build(config, spec, steps)
-    network, policy = parts.network, parts.policy
+    policy = parts.policy
     unroll = resolve_unroll(config.minibatch_loop, parts.has_conv)
 
     def minibatch_loss(params, mb):
-        policy_out, values = network.apply(params, mb["obs"])
+        policy_out, values = actor_critic.apply_network(parts, params, mb["obs"])
         log_prob, entropy = policy.log_prob_and_entropy(policy_out, mb["action"], mb["extras"])
         return ppo_loss(
             log_prob, entropy, values, mb["extras"]["log_prob"], mb["value"], mb["advantage"], mb["target"],
@@ -104,7 +104,8 @@ def make_ppo(config: PPOConfig, spec: EnvSpec, shape: BatchShape = BatchShape())
                 "(anakin: --num-envs; sebulba: --envs-per-thread) or --rollout-len"
             )
         state, traj = actor_critic.prepare_batch(parts, state, traj)
-        values = actor_critic.time_major(lambda obs: network.apply(state.params, obs, method=ActorCritic.value))(traj.obs)
+        values = actor_critic.time_major(
+            lambda obs: actor_critic.apply_network(parts, state.params, obs, ActorCritic.value))(traj.obs)
         advantage = generalized_advantages(
             traj.reward, traj.discount, traj.valid, values, config.gamma, config.gae_lambda
         )

@@ -113,3 +113,34 @@ def test_impala_loss_matches_vtrace_reference():
     np.testing.assert_allclose(metrics["policy_loss"], np.mean(policy_terms), rtol=1e-4)
     np.testing.assert_allclose(metrics["value_loss"], np.mean(value_terms), rtol=1e-4)
     np.testing.assert_allclose(loss, np.mean(policy_terms) + 0.5 * np.mean(value_terms) - 0.01 * entropy, rtol=1e-4)
+
+
+def test_the_learner_takes_conv_batches_in_slices_with_the_same_result():
+    """On CPU a conv torso is applied in slices (faster gradients); outputs, loss and gradients are unchanged."""
+    import jax
+
+    from agents import actor_critic, make_impala
+    from podracer.types import Discrete, EnvSpec
+
+    spec = EnvSpec(jax.ShapeDtypeStruct((16, 16, 4), jnp.uint8), Discrete(3))
+    vectors = EnvSpec(jax.ShapeDtypeStruct((8,), jnp.float32), Discrete(3))
+    config = ImpalaConfig(torso="nature_cnn", shared_torso=True)
+    parts = actor_critic.build(config, spec, None)
+    assert parts.learner_slice == actor_critic.CPU_CONV_SLICE_ELEMENTS // (16 * 16 * 4)  # 512 rows
+    assert actor_critic.build(ImpalaConfig(), vectors, None).learner_slice is None  # an MLP: whole batches
+    sliced = parts._replace(learner_slice=7)  # 20 rows: slices of 7, 7 and 6
+    obs = jnp.asarray(np.random.default_rng(0).integers(0, 255, (20, 16, 16, 4)), jnp.uint8)
+    params = parts.network.init(jax.random.key(0), obs[:1])
+
+    def loss(parts_, params_):
+        logits, values = actor_critic.apply_network(parts_, params_, obs)
+        return jnp.sum(jax.nn.log_softmax(logits)[:, 0] * values)
+
+    whole, whole_grads = jax.value_and_grad(lambda p: loss(parts, p))(params)
+    part, part_grads = jax.value_and_grad(lambda p: loss(sliced, p))(params)
+    np.testing.assert_allclose(part, whole, rtol=1e-5)
+    for a, b in zip(jax.tree.leaves(part_grads), jax.tree.leaves(whole_grads)):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+    jaxpr = str(jax.make_jaxpr(lambda p: loss(sliced, p))(params))
+    assert jaxpr.count("conv_general_dilated") == 3 * 3  # three Nature-CNN convs, once per slice
+    assert make_impala(config, spec) is not None
