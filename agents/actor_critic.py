@@ -67,8 +67,10 @@ def _ensure_positive(config: ActorCriticConfig) -> None:
 # XLA:CPU computes a conv torso's gradient several times faster in slices of a few dozen Atari frames than over
 # a whole batch (measured on 2 cores, forward and backward of 672 frames: IMPALA ResNet 10.8 s whole, 4.3 s in
 # slices of 32; Nature CNN 1.9 s -> 0.55 s; MinAtar's small conv over 8,192 observations 0.35 s -> 0.2 s in
-# slices of 1,024), its working set then fitting the caches. About this many observation elements per slice:
-CPU_CONV_SLICE_ELEMENTS = 2**19
+# slices of 1,024), its working set then fitting the caches. About this many observation elements per slice
+# (37 Atari frames), in at most MAX_SLICES slices (each is compiled apart: compile time grows with their number):
+CPU_CONV_SLICE_ELEMENTS = 2**20
+MAX_SLICES = 32
 
 
 class ActorCriticParts(NamedTuple):
@@ -91,14 +93,15 @@ def learner_slice(spec: EnvSpec, has_conv: bool) -> int | None:
 
 
 def apply_network(parts: ActorCriticParts, params: Params, obs: jax.Array, method=None):
-    """``parts.network`` on ``obs [N, ...]`` for the learner, in slices of ``parts.learner_slice`` rows
-    (outputs joined, so the same function of ``obs``; only XLA's schedule changes)."""
+    """``parts.network`` on ``obs [N, ...]`` for the learner, in slices of ``parts.learner_slice`` rows (more
+    where that would make over :data:`MAX_SLICES`); the outputs are joined, so it is the same function of ``obs``."""
     def apply(x):
         return parts.network.apply(params, x, method=method)
 
-    size, n = parts.learner_slice, obs.shape[0]
-    if size is None or n <= size:
+    n = obs.shape[0]
+    if parts.learner_slice is None or n <= parts.learner_slice:
         return apply(obs)
+    size = max(parts.learner_slice, -(-n // MAX_SLICES))
     outs = [apply(obs[start:start + size]) for start in range(0, n, size)]
     return jax.tree.map(lambda *pieces: jnp.concatenate(pieces), *outs)
 

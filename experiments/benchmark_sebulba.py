@@ -2,6 +2,7 @@
 
     python experiments/benchmark_sebulba.py            # everything; rewrites its section of docs/benchmarks.md
     python experiments/benchmark_sebulba.py --quick    # fewer configurations
+    python experiments/benchmark_sebulba.py --cleanba ~/cleanba   # and Cleanba beside it, from a checkout
 
 Each measurement runs in a fresh process with as many simulated CPU devices as
 it needs. Agent steps are what the agent acts on; frames = agent steps x
@@ -12,19 +13,24 @@ frame-skip (4 on Atari, 1 on CartPole). Compilation and warm-up are excluded.
 * actors: Sebulba's actor threads (real inference with the agent's network on
   the actor device, trajectories shipped to a learner device) with no learning.
 * train: complete Sebulba runs.
+* with ``--cleanba DIR``: Sebulba and Cleanba's PPO and IMPALA at equal network and
+  batch, run one after the other (see ``experiments/peer_cleanba.py``).
 
 Every measurement prints one ``BENCH {...}`` JSON line.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import sys
+import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from experiments import bench_process  # noqa: E402
 CLASSIC, ATARI = "CartPole-v1", ("Breakout-v5", "Pong-v5")
+PEER_UPDATES = 6  # learner updates per run beside Cleanba: 2 to warm up, 4 timed
 
 
 def _raw(env_id: str, num_envs: int, batch_size: int, threads: int, seconds: float) -> dict:
@@ -80,20 +86,35 @@ def _actors(env_id: str, num_envs: int, threads: int, rollouts: int, actor_threa
 
 
 def _train(env_id: str, agent: str, envs_per_thread: int, actor_devices: str, learner_devices: str,
-           actor_threads: int, rollout_len: int, updates: int) -> dict:
+           actor_threads: int, rollout_len: int, updates: int, torso: str = "auto") -> dict:
+    """A complete Sebulba run of ``updates`` updates; rates over the updates after the first two (warm-up)."""
     from agents import AGENTS
     from sebulba.config import SebulbaConfig
     from sebulba.run import train
 
-    agent_config = AGENTS[agent][0](shared_torso=True, max_grad_norm=40.0 if agent == "impala" else 0.5)
-    steps = updates * envs_per_thread * rollout_len * actor_threads * len(actor_devices.split(","))
+    agent_config = AGENTS[agent][0](shared_torso=True, torso=torso, max_grad_norm=40.0 if agent == "impala" else 0.5)
+    per_update = envs_per_thread * rollout_len * actor_threads * len(actor_devices.split(","))
     config = SebulbaConfig(actor_devices=actor_devices, learner_devices=learner_devices, actor_threads=actor_threads,
-                           envs_per_thread=envs_per_thread, rollout_len=rollout_len, total_env_steps=steps,
-                           log_interval=steps)
+                           envs_per_thread=envs_per_thread, rollout_len=rollout_len,
+                           total_env_steps=updates * per_update, log_interval=per_update)
     result = train(agent, agent_config, env_id, config, quiet=True, evaluation=bench_process.NO_EVALUATION)
-    # Steady state: the last update's rate (the first ones include warm-up of every actor thread).
-    return {"sps": result.env_steps / result.train_seconds, "fps": result.frames / result.train_seconds,
+    first, last = result.records[min(1, len(result.records) - 1)], result.records[-1]
+    seconds = last["time"] - first["time"] if last is not first else result.train_seconds
+    sps = (last["env_steps"] - first["env_steps"]) / seconds if last is not first else result.env_steps / seconds
+    return {"sps": sps, "fps": sps * result.frames / result.env_steps, "update_s": per_update / sps,
             "compile_s": result.compile_seconds, "timings": result.timings, "train_s": result.train_seconds}
+
+
+def _cleanba(script: str, agent: str, envs_per_thread: int, rollout_len: int, updates: int, python: str) -> dict:
+    """Cleanba's ``agent`` (a script :func:`experiments.peer_cleanba.prepare` made) with 1 actor thread on
+    device 0 and the learner on device 1, at ``envs_per_thread`` x ``rollout_len`` (its other settings its own)."""
+    from experiments import peer_cleanba
+
+    flags = ["--env-id", ATARI[0], "--local-num-envs", str(envs_per_thread), "--num-steps", str(rollout_len),
+             "--num-actor-threads", "1", "--actor-device-ids", "0", "--learner-device-ids", "1",
+             "--total-timesteps", str(10**9)]
+    result = peer_cleanba.run(script, flags, devices=2, updates=updates, python=python)
+    return {**result, "sps": envs_per_thread * rollout_len / result["update_s"]}
 
 
 def measure(kind: str, devices: int | None = 2, **spec) -> dict:
@@ -106,9 +127,10 @@ def cpu_plan(quick: bool) -> tuple[list[dict], list[dict], list[dict]]:
     raw = [dict(env_id=env_id, num_envs=num_envs, batch_size=batch, threads=2, seconds=seconds)
            for env_id, num_envs, batch in [(CLASSIC, 64, 64), (CLASSIC, 128, 64), (ATARI[0], 16, 16),
                                            (ATARI[0], 32, 32), (ATARI[1], 16, 16), (ATARI[1], 32, 32)]]
-    actors = [dict(env_id=env_id, num_envs=num_envs, threads=2, rollouts=rollouts)
-              for env_id, num_envs, rollouts in [(CLASSIC, 64, 40), (CLASSIC, 16, 40), (ATARI[0], 16, 6),
-                                                 (ATARI[0], 32, 4)]]
+    actors = [dict(env_id=env_id, num_envs=num_envs, env_batches=batches, threads=2, rollouts=rollouts)
+              for env_id, num_envs, batches, rollouts in [(CLASSIC, 64, 1, 40), (CLASSIC, 32, 2, 40),
+                                                          (CLASSIC, 64, 2, 40), (ATARI[0], 32, 1, 4),
+                                                          (ATARI[0], 16, 2, 4)]]
     train = [dict(devices=2, env_id=ATARI[0], agent="ppo", envs_per_thread=16, actor_devices="0", learner_devices="1",
                   actor_threads=1, rollout_len=32, updates=6)]
     batches = (32, 128) if quick else (32, 64, 128)
@@ -118,6 +140,15 @@ def cpu_plan(quick: bool) -> tuple[list[dict], list[dict], list[dict]]:
         train += [dict(devices=devices, env_id=ATARI[0], agent="impala", envs_per_thread=batch, actor_devices=actor_devices,
                        learner_devices=learner_devices, actor_threads=1, rollout_len=20, updates=3) for batch in batches]
     return raw, actors, train
+
+
+def cleanba_plan(quick: bool) -> list[dict]:
+    """Sebulba beside Cleanba with Cleanba's network (IMPALA ResNet, one torso for policy and value) on
+    Breakout-v5, 1 actor thread on device 0, the learner on device 1: IMPALA over the paper's Figure 4b
+    actor batches (rollout 20), and PPO at the ``breakout_ppo`` preset's 16 envs x 32 steps."""
+    batches = (32, 128) if quick else (32, 64, 128)
+    return ([dict(agent="impala", envs_per_thread=batch, rollout_len=20) for batch in batches]
+            + [dict(agent="ppo", envs_per_thread=16, rollout_len=32)])
 
 
 def accelerator_plan() -> tuple[list[dict], list[dict], list[dict]]:
@@ -136,15 +167,37 @@ def accelerator_plan() -> tuple[list[dict], list[dict], list[dict]]:
 
 def main() -> None:
     parser = bench_process.parser(__doc__)
+    parser.add_argument("--cleanba", metavar="DIR", help="a checkout of vwxyzjn/cleanba: time its PPO and IMPALA "
+                        "beside Sebulba's at equal network and batch (patched copies go to a temporary directory)")
+    parser.add_argument("--cleanba-python", metavar="PY", default=sys.executable,
+                        help="the Python that runs Cleanba (jax, flax, optax, rlax, envpool, tyro, rich, tensorboardX)")
     args = parser.parse_args()
     if args.accelerator and not args.worker:
+        if args.cleanba:
+            parser.error("--cleanba compares on this host's CPU (two simulated devices); run it without --accelerator")
         bench_process.refuse_cpu_only_host(parser)
     if args.worker:
         return bench_process.serve(args.worker, {"raw": _raw, "actors": _actors, "train": _train})
+    cleanba_scripts = None
+    if args.cleanba:
+        from experiments import peer_cleanba
+
+        try:
+            cleanba_scripts = peer_cleanba.prepare(args.cleanba, tempfile.mkdtemp(prefix="podracer-cleanba-"))
+        except (OSError, ValueError) as error:
+            parser.error(f"--cleanba {args.cleanba}: {error}")
     raw_plan, actors_plan, train_plan = accelerator_plan() if args.accelerator else cpu_plan(args.quick)
     raw_rows = [measure("raw", **spec) for spec in raw_plan]
     actor_rows = [measure("actors", **spec) for spec in actors_plan]
     train_rows = [measure("train", **spec) for spec in train_plan]
+    peer_rows = []
+    for spec in cleanba_plan(args.quick) if cleanba_scripts else []:
+        ours = measure("train", env_id=ATARI[0], actor_devices="0", learner_devices="1", actor_threads=1,
+                       updates=PEER_UPDATES, torso="impala_resnet", **spec)
+        theirs = _cleanba(cleanba_scripts[f"cleanba_{spec['agent']}.py"], updates=PEER_UPDATES,
+                          python=args.cleanba_python, **spec)
+        print("BENCH " + json.dumps({"kind": "cleanba", **spec, **theirs}), flush=True)
+        peer_rows.append((ours, theirs))
 
     raw_sps = {(r["env_id"], r["num_envs"]): r["sps"] for r in raw_rows}
     threads = raw_plan[0]["threads"]
@@ -170,14 +223,16 @@ def main() -> None:
         "Sebulba with a learner that learns nothing but still takes every trajectory and publishes parameters",
         "after each update; the first two rollouts (compilation, warm-up) are left out.",
         "",
-        "| env | envs per thread | agent steps/s | of raw envpool (same envs, sync) | env step / inference / transfer, s |",
+        "| env | envpool batches x envs | agent steps/s | of raw envpool (as many envs) | "
+        "env step / inference / transfer, s |",
         "|---|---|---|---|---|",
     ]
     for r in actor_rows:
-        raw = raw_sps.get((r["env_id"], r["num_envs"]))
+        batches = r.get("env_batches", 2)
+        raw = raw_sps.get((r["env_id"], r["num_envs"] * batches))
         share = f"{r['sps'] / raw:.0%}" if raw else "-"
         t = r["timings"]
-        lines.append(f"| {r['env_id']} | {r['num_envs']} | {r['sps']:,.0f} | {share} | "
+        lines.append(f"| {r['env_id']} | {batches} x {r['num_envs']} | {r['sps']:,.0f} | {share} | "
                      f"{t.get('env_step', 0):.1f} / {t.get('inference', 0):.1f} / {t.get('transfer', 0):.1f} |")
     lines += [
         "",
@@ -191,6 +246,27 @@ def main() -> None:
         busy = r["timings"].get("learner_update", 0) / max(r["train_s"], 1e-9)
         lines.append(f"| {r['agent']} | {r['actor_devices']} | {r['learner_devices']} | {r['actor_threads']} | "
                      f"{r['envs_per_thread']} | {r['sps']:,.1f} | {r['fps']:,.0f} | {busy:.0%} | {r['compile_s']:.1f} |")
+    lines += ["", "## Beside Cleanba at equal network and batch", ""]
+    if not peer_rows:
+        lines.append("Not measured in this run: `--cleanba DIR` (a checkout of vwxyzjn/cleanba) adds this table.")
+    else:
+        lines += [
+            "Both with Cleanba's network (IMPALA ResNet 16-32-32, one torso for policy and value: podracer's",
+            "`--torso impala_resnet --shared-torso`), Breakout-v5, one actor thread on CPU device 0, the learner on",
+            "device 1, each framework's other settings its own: Cleanba runs every device single-threaded, uses",
+            "sticky actions and the full action set, RMSProp and, for IMPALA, 4 minibatch steps per batch (its",
+            "default; podracer takes one Adam step); PPO is 4 epochs x 4 minibatches in both. Cleanba is",
+            f"patched to run here (`experiments/peer_cleanba.py`). Steady state: updates 3 to {PEER_UPDATES} of each run;",
+            "compile is podracer's compilation, start-up Cleanba's process start to the end of its first update.",
+            "",
+            "| agent | envs x steps | podracer agent steps/s | Cleanba agent steps/s | ratio | s per update (podracer / "
+            "Cleanba) | podracer compile s | Cleanba start-up s |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for ours, theirs in peer_rows:
+            lines.append(f"| {ours['agent']} | {ours['envs_per_thread']} x {ours['rollout_len']} | {ours['sps']:,.1f} | "
+                         f"{theirs['sps']:,.1f} | {ours['sps'] / theirs['sps']:.2f}x | {ours['update_s']:.1f} / "
+                         f"{theirs['update_s']:.1f} | {ours['compile_s']:.1f} | {theirs['startup_s']:.1f} |")
     bench_process.report(lines, args.out)
 
 

@@ -62,3 +62,15 @@ def test_accelerator_on_a_cpu_only_host_is_a_one_line_error(script):
     out = subprocess.run([sys.executable, os.path.join(bench_process.ROOT, "experiments", script), "--accelerator",
                           "--out", ""], capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and "JAX sees no GPU or TPU" in out.stderr and "Traceback" not in out.stderr
+
+
+@pytest.mark.parametrize("extra, message", [([], "no cleanba/cleanba_ppo.py there"),
+                                            (["--accelerator"], "run it without --accelerator")])
+def test_a_bad_cleanba_checkout_is_a_one_line_error_before_any_measurement(tmp_path, extra, message):
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, os.path.join(bench_process.ROOT, "experiments", "benchmark_sebulba.py"),
+                          "--cleanba", str(tmp_path), "--out", "", *extra], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and message in out.stderr and "Traceback" not in out.stderr
+    assert "BENCH" not in out.stdout
