@@ -6,7 +6,7 @@ from a checkout into a directory outside the project and applies :data:`PATCHES`
 the smallest changes that let Cleanba (written for jax 0.4, gym-style envpool
 0.8) run on jax 0.10, optax 0.2 and envpool 1.x, one line that reports each
 learner update, and one change of substance that the comparison states: its
-learner's minibatch ``lax.scan`` runs as a Python loop, because XLA:CPU runs the
+learner's minibatch ``lax.scan`` (and PPO's epoch scan around it) runs as a Python loop, because XLA:CPU runs the
 conv gradients inside a ``scan`` many times slower (measured: 71.5 s per IMPALA
 update with the scan, 4.1 s without). Every patch must apply exactly once where
 it is meant to, else :func:`prepare` fails naming it (a newer Cleanba has moved on).
@@ -43,9 +43,9 @@ def _unreplicate(tree):  # podracer's patch: flax 0.12's keeps the axis when the
     return jax.tree.map(lambda x: x[0], tree)
 
 
-def _python_loop_scan(f, carry, xs):  # podracer's patch: the minibatch lax.scan unrolled (slow on XLA:CPU)
+def _python_loop_scan(f, carry, xs, length=None):  # podracer's patch: lax.scan unrolled (slow on XLA:CPU)
     outs = []
-    for i in range(jax.tree.leaves(xs)[0].shape[0]):
+    for i in range(length or jax.tree.leaves(xs)[0].shape[0]):
         carry, out = f(carry, jax.tree.map(lambda x: x[i], xs))
         outs.append(out)
     return carry, jax.tree.map(lambda *o: jnp.stack(o), *outs)
@@ -101,6 +101,10 @@ PATCHES = (
           scripts=("cleanba_ppo.py",)),
     Patch("the minibatch scan as a Python loop (XLA:CPU runs conv gradients in a loop many times slower)",
           "jax.lax.scan(\n                update_minibatch,", "_python_loop_scan(\n                update_minibatch,",
+          scripts=("cleanba_ppo.py",)),
+    Patch("the epoch scan around it as a Python loop (same reason)",
+          "jax.lax.scan(\n            update_epoch, (agent_state, key), (), length=args.update_epochs",
+          "_python_loop_scan(\n            update_epoch, (agent_state, key), (), length=args.update_epochs",
           scripts=("cleanba_ppo.py",)),
     Patch("the minibatch scan as a Python loop (XLA:CPU runs conv gradients in a loop many times slower)",
           "jax.lax.scan(\n            update_minibatch,", "_python_loop_scan(\n            update_minibatch,",

@@ -24,8 +24,9 @@ class SebulbaConfig:
         "auto", "comma-separated local device indices for learning (auto: every other device, or device 0 if alone)")
     actor_threads: int = knob(1, "Python actor threads per actor device, each with its own envpool batch", minimum=1)
     envs_per_thread: int = knob(16, "environments per actor thread (the batch of its trajectories)", minimum=1)
-    env_batches: int = knob(2, "envpool batches each actor thread steps in turn, so envpool steps one while the "
-                            "device infers for another; one inference call takes envs-per-thread / env-batches envs", minimum=1)
+    env_batches: int = knob(0, "envpool batches each actor thread steps in turn, so envpool steps one while the "
+                            "device infers for another; one inference call takes envs-per-thread / env-batches envs; "
+                            "0: 2 for Atari, 1 for cheaper envs (whichever measured faster)", minimum=0)
     rollout_len: int = knob(32, "agent steps per environment in one trajectory", minimum=1)
     total_env_steps: int = knob(1_000_000, "agent steps to train for, over all environments (frames = steps x frame-skip)",
         minimum=1)
@@ -105,13 +106,34 @@ def default_env_threads(total_actor_threads: int) -> int:
     return max(1, (os.cpu_count() or 1) // total_actor_threads)
 
 
+def resolve_env_batches(config: SebulbaConfig, env_id: str, topo: Topology) -> SebulbaConfig:
+    """``config`` with ``--env-batches 0`` (auto) made concrete for ``env_id``.
+
+    Two batches let inference for one hide behind envpool stepping the other, which
+    pays where a step is slow: on Breakout-v5 (32 envs per thread, 2 cores) 1,458
+    agent steps/s in 2 batches against 1,317 in one. Where a step is cheap, the
+    second inference call costs more than it hides: CartPole-v1 at 64 envs, 117K
+    steps/s in one batch against 96K in two (``experiments/benchmark_sebulba.py``).
+    Two only where they split the envs evenly for every learner device.
+    """
+    if config.env_batches:
+        return config
+    from envs.host import is_atari
+
+    learners = len(topo.learner_devices)
+    two = is_atari(env_id) and config.envs_per_thread % (2 * learners) == 0
+    return dataclasses.replace(config, env_batches=2 if two else 1)
+
+
 def geometry(config: SebulbaConfig, topo: Topology) -> SebulbaGeometry:
-    """Checks the batch knobs against the devices, with errors that say what to change."""
+    """Checks the batch knobs against the devices, with errors that say what to change (``--env-batches 0``
+    counts as one batch until :func:`resolve_env_batches` has made it concrete)."""
     check_knobs(config)
-    if config.envs_per_thread % config.env_batches:
+    batches = config.env_batches or 1
+    if config.envs_per_thread % batches:
         raise ValueError(
-            f"--envs-per-thread {config.envs_per_thread} does not split into --env-batches {config.env_batches} "
-            f"equal envpool batches; use a multiple of {config.env_batches} or --env-batches 1"
+            f"--envs-per-thread {config.envs_per_thread} does not split into --env-batches {batches} "
+            f"equal envpool batches; use a multiple of {batches} or --env-batches 1"
         )
     learners = len(topo.learner_devices)
     if config.envs_per_thread % learners:
@@ -127,7 +149,7 @@ def geometry(config: SebulbaConfig, topo: Topology) -> SebulbaGeometry:
     return SebulbaGeometry(
         actor_threads=threads,
         envs_per_thread=config.envs_per_thread,
-        env_batches=config.env_batches,
+        env_batches=batches,
         rollout_len=config.rollout_len,
         num_learners=learners,
         num_updates=num_updates,

@@ -37,7 +37,7 @@ from podracer.runlog import Timer, resident_memory_mb
 from podracer.signals import StopRequested
 from podracer.types import Agent, BatchShape, EnvSpec, Trajectory
 from sebulba.actor import Actor, ActorShared, Rollout, make_actor_program
-from sebulba.config import SebulbaGeometry, SebulbaConfig, default_env_threads, geometry, topology
+from sebulba.config import SebulbaGeometry, SebulbaConfig, default_env_threads, geometry, resolve_env_batches, topology
 from sebulba.evaluate import SebulbaEvaluator
 from sebulba.lifecycle import ThreadGroup
 from sebulba.params import ParamsStore
@@ -133,6 +133,7 @@ def train_agent(agent: Agent, env_id: str, config: SebulbaConfig, env_config: Ho
     check_knobs(env_config)
     evaluation.check(options.evaluation)
     topo = topology(config)
+    config = resolve_env_batches(config, env_id, topo)
     geo = geometry(config, topo)
     first_update = (latest_update(options.run_dir) or 0) if options.resume else 0
     host_envs = _host_envs(env_id, config, env_config, geo, first_update)

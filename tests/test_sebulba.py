@@ -39,6 +39,20 @@ def test_device_and_batch_errors_come_before_anything_starts():
         geometry(SebulbaConfig(sync="fast"), topology(SebulbaConfig()))
 
 
+def test_env_batches_default_to_two_on_atari_and_one_on_cheap_envs():
+    from sebulba.config import resolve_env_batches
+
+    one_learner = SebulbaConfig(learner_devices="1")
+    topo = topology(one_learner)
+    assert resolve_env_batches(one_learner, "Breakout-v5", topo).env_batches == 2
+    assert resolve_env_batches(one_learner, "CartPole-v1", topo).env_batches == 1
+    odd = dataclasses.replace(one_learner, envs_per_thread=15)  # two batches would not split it evenly
+    assert resolve_env_batches(odd, "Breakout-v5", topo).env_batches == 1
+    chosen = dataclasses.replace(one_learner, env_batches=4)
+    assert resolve_env_batches(chosen, "CartPole-v1", topo).env_batches == 4
+    assert geometry(SebulbaConfig(envs_per_thread=21, learner_devices="1"), topo).env_batches == 1  # until resolved
+
+
 def test_importing_sebulba_sets_synchronous_cpu_dispatch_or_says_why_it_cannot():
     code = "import jax; {}import sebulba; print(jax.config.read('jax_cpu_enable_async_dispatch'))"
     first = subprocess.run([sys.executable, "-c", code.format("")], capture_output=True, text=True, timeout=120)
