@@ -30,6 +30,8 @@ import threading
 import time
 from typing import NamedTuple
 
+from experiments.bench_process import worker_env
+
 SCRIPTS = ("cleanba_ppo.py", "cleanba_impala.py")
 UPDATE_LINE = "CLEANBA_UPDATE"  # the line the timing patch prints after each learner update
 HELPERS = '''
@@ -151,10 +153,8 @@ def run(script: str, flags: list[str], devices: int, updates: int, python: str =
     """
     if updates < 4:
         raise ValueError(f"updates must be at least 4 (two to warm up, two to time), got {updates}")
-    env = {**os.environ, "XLA_FLAGS": f"{os.environ.get('XLA_FLAGS', '')} "
-                                      f"--xla_force_host_platform_device_count={devices}"}
     start = time.time()
-    child = subprocess.Popen([python, script, *flags], cwd=os.path.dirname(script), env=env, text=True,
+    child = subprocess.Popen([python, script, *flags], cwd=os.path.dirname(script), env=worker_env(devices), text=True,
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     watchdog = threading.Timer(timeout, child.kill)
     watchdog.start()
