@@ -106,10 +106,11 @@ SUITES: dict[str, Suite] = {
               "it). On a GPU or TPU the learner's conv gradients, which dominate an update here, leave the CPU "
               "cores to envpool and the actor threads (not measured here).",
         entries=(
-            Entry("sebulba", "breakout_ppo", "ppo", "Pong-v5", 2_500_000, seeds=1, flags=SEBULBA_CPU,
+            # IMPALA first: its learner is the cheaper (one step per batch), so a suite cut short has one whole run
+            Entry("sebulba", "atari_impala", "impala", "Pong-v5", 2_500_000, seeds=1, flags=SEBULBA_CPU,
                   frame_skip=4, evaluations=5,
                   reference=Reference(18, "Cleanba/CleanRL PPO pass +18 by about 10M frames")),
-            Entry("sebulba", "atari_impala", "impala", "Pong-v5", 2_500_000, seeds=1, flags=SEBULBA_CPU,
+            Entry("sebulba", "breakout_ppo", "ppo", "Pong-v5", 2_500_000, seeds=1, flags=SEBULBA_CPU,
                   frame_skip=4, evaluations=5,
                   reference=Reference(18, "Cleanba/CleanRL PPO pass +18 by about 10M frames")),
         ),
