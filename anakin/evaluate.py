@@ -82,6 +82,6 @@ class AnakinEvaluator:
             ended = returns[finished].reshape(1, -1)
             self.finished = summary(ended, env_steps) if ended.size else {"eval_episodes": 0, "eval_env_steps": env_steps}
 
-    def collect(self, wait: bool) -> dict:
+    def collect(self, wait: bool, report=None) -> dict:  # never waits: ``request`` evaluated at once
         finished, self.finished = self.finished, {}
         return finished

@@ -226,9 +226,10 @@ class _Run:
             **{key: float(np.mean(value)) / updates for key, value in window.metrics.items()},
         }
         if self.evaluator is not None:
-            evaluated = self.evaluator.collect(wait=self.done == program.num_updates)
+            final = self.done == program.num_updates
+            evaluated = self.evaluator.collect(wait=final, report=self.log.message if final else None)
             record.update(evaluated)
-            if evaluated and self.done == program.num_updates:
+            if evaluated and final:
                 self.final_evaluation = evaluated
         self.log.write({**record, **program.describe(window, record)})
 

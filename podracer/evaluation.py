@@ -43,9 +43,9 @@ class Evaluator(Protocol):
     def request(self, state, update: int) -> None:
         """Evaluates the parameters of ``state`` (after ``update`` updates), now or in the background."""
 
-    def collect(self, wait: bool) -> dict:
+    def collect(self, wait: bool, report: Callable[[str], None] | None = None) -> dict:
         """Record fields of the evaluations finished since the last call (``{}`` if none); ``wait``: block until
-        every requested one has finished."""
+        every requested one has finished, calling ``report`` with a line on its progress now and then."""
 
 
 def policy(agent: Agent, config: EvalConfig) -> Callable:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import queue
 import threading
+import time
 
 import jax
 import numpy as np
@@ -26,6 +27,7 @@ from podracer.parallel import first_local_replica
 from podracer.types import Agent
 
 EVAL_SEED_OFFSET = 1_000_003  # evaluation environments' seeds start here past the run's seed
+REPORT_SECONDS = 30.0  # while the run waits for an evaluation, a progress line this often
 
 
 class SebulbaEvaluator:
@@ -42,6 +44,7 @@ class SebulbaEvaluator:
         self.requests: queue.Queue = queue.Queue(maxsize=1)
         self.results: queue.Queue = queue.Queue()
         self.outstanding = 0  # requested and not yet collected
+        self.games = (0, 0)  # the evaluation playing now: (games over, steps taken)
 
     def request(self, state, update: int) -> None:
         params = jax.device_put(first_local_replica(self.agent.actor_params(state)), self.device)
@@ -53,14 +56,20 @@ class SebulbaEvaluator:
         self.requests.put((update, params))
         self.outstanding += 1
 
-    def collect(self, wait: bool) -> dict:
-        fields = {}
+    def collect(self, wait: bool, report=None) -> dict:
+        fields, started, reported = {}, time.monotonic(), 0
         while self.outstanding:
             try:
                 fields = self.results.get(timeout=0.1) if wait else self.results.get_nowait()
             except queue.Empty:
                 if not wait or self.stop.is_set():
                     break
+                waited = time.monotonic() - started
+                if report is not None and waited >= (reported + 1) * REPORT_SECONDS:
+                    reported += 1
+                    over, steps = self.games
+                    report(f"evaluation: {over}/{self.config.eval_episodes} games over after {steps:,} steps "
+                           f"({waited:.0f}s; --eval-episodes 0 skips it)")
                 continue
             self.outstanding -= 1
         return fields
@@ -95,9 +104,11 @@ class SebulbaEvaluator:
         episodes = env.num_envs
         obs, score = env.reset(), np.zeros(episodes)
         final, finished = np.zeros(episodes), np.zeros(episodes, bool)
+        steps = 0
         while not finished.all():
             if self.stop.is_set():
                 return None
+            self.games, steps = (int(finished.sum()), steps), steps + 1
             key, step_key = jax.random.split(key)
             env.send(np.asarray(self.act(params, obs, step_key)))
             step = env.recv()

@@ -156,3 +156,41 @@ def test_evaluation_summary_has_the_standard_error_and_the_seeds():
     assert fields["eval_return"] == 4.0 and fields["eval_episodes"] == 4 and fields["eval_env_steps"] == 1000
     np.testing.assert_allclose(fields["eval_return_stderr"], np.std([1, 3, 5, 7], ddof=1) / 2)
     assert fields["eval_return_per_seed"] == [2.0, 6.0] and (fields["eval_return_min"], fields["eval_return_max"]) == (1, 7)
+
+
+def test_waiting_for_a_sebulba_evaluation_reports_its_progress(monkeypatch):
+    """The run's wait for its final evaluation (Atari games can take minutes) prints progress lines."""
+    from agents import PPOConfig, make_ppo
+    from envs.host import HostEnv, HostEnvConfig
+    from podracer.evaluation import EvalConfig
+    from sebulba import evaluate
+    from sebulba.evaluate import SebulbaEvaluator
+
+    monkeypatch.setattr(evaluate, "REPORT_SECONDS", 0.0)  # a line at every poll
+    env_config = HostEnvConfig()
+    env = HostEnv("CartPole-v1", 2, 0, env_config)
+    agent = make_ppo(PPOConfig(), env.spec)
+    stop = threading.Event()
+    evaluator = SebulbaEvaluator(agent, "CartPole-v1", env_config, EvalConfig(eval_episodes=4), jax.devices()[0],
+                                 seed=0, steps_per_update=16, to_agent_layout=env.to_agent_layout, stop=stop)
+    env.close()
+    replicated = jax.tree.map(lambda x: x[None], agent.init(jax.random.key(0)))  # as the learner holds it
+    evaluator.request(replicated, update=3)
+    lines = []
+
+    def evaluation_thread():
+        try:
+            evaluator.run()
+        finally:  # a failing thread ends the wait (as the run's thread group does), not hangs the test
+            stop.set()
+
+    thread, out = _in_thread(evaluation_thread)
+    try:
+        fields = evaluator.collect(wait=True, report=lines.append)
+    finally:
+        stop.set()
+        thread.join(timeout=30)
+    assert "error" not in out, out.get("error")
+    assert fields["eval_episodes"] == 4 and fields["eval_env_steps"] == 48
+    assert lines and all(line.startswith("evaluation: ") and "/4 games over after " in line for line in lines)
+    assert evaluator.games[1] >= 8  # a CartPole game lasts at least 8 steps
