@@ -198,6 +198,7 @@ class _Sebulba:
         self.queues = [queue.Queue(maxsize=config.queue_size) for _ in host_envs]
         self.timer = Timer()
         self.actors: list[Actor] = []
+        self.actor_program = None  # made with the first parameters (``running``)
         self.evaluator: SebulbaEvaluator | None = None
 
     def program(self) -> Program:
@@ -252,16 +253,21 @@ class _Sebulba:
             state, metrics = learn(state, trajectories, jax.random.fold_in(self.key, update + 1))
             metrics = fetch_replicated(metrics)
         with self.timer.time("params_publish"):
-            self.store.publish(update + 1, first_local_replica(self.agent.actor_params(state)))
+            self.publish(update + 1, state)
         return state, _step_stats(metrics, rollouts, update)
+
+    def publish(self, version: int, state) -> None:
+        """Hands the actors the parameters of ``state`` as version ``version`` (packed as they take them)."""
+        self.store.publish(version, self.actor_program.pack(first_local_replica(self.agent.actor_params(state))))
 
     @contextlib.contextmanager
     def running(self, state, first_update: int):
         """The actor threads, acting from the parameters of ``state`` on; joined on exit, failures re-raised."""
-        self.store.publish(first_update, first_local_replica(self.agent.actor_params(state)))
-        program = make_actor_program(self.agent, self.host_envs[0][0].to_agent_layout)
+        self.actor_program = make_actor_program(self.agent, self.host_envs[0][0].to_agent_layout,
+                                                first_local_replica(self.agent.actor_params(state)))
+        self.publish(first_update, state)
         config = self.config
-        shared = ActorShared(program, self.store, self.split, self.geo.rollout_len, config.sync == "reproducible",
+        shared = ActorShared(self.actor_program, self.store, self.split, self.geo.rollout_len, config.sync == "reproducible",
                              config.seed, self.stop, first_update)
         self.actors = [
             Actor(i, self.topo.actor_devices[i // config.actor_threads], batches, self.queues[i], shared)

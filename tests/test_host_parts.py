@@ -194,3 +194,16 @@ def test_waiting_for_a_sebulba_evaluation_reports_its_progress(monkeypatch):
     assert fields["eval_episodes"] == 4 and fields["eval_env_steps"] == 48
     assert lines and all(line.startswith("evaluation: ") and "/4 games over after " in line for line in lines)
     assert evaluator.games[1] >= 8  # a CartPole game lasts at least 8 steps
+
+
+def test_actor_params_are_packed_into_one_array_and_back_exactly():
+    from sebulba.actor import params_packing
+
+    params = {"dense": {"kernel": jnp.arange(12.0).reshape(3, 4), "bias": -jnp.arange(4.0)}, "log_std": jnp.ones(2)}
+    pack, unpack = params_packing(params)
+    packed = pack(params)
+    assert isinstance(packed, jax.Array) and packed.shape == (18,)
+    jax.tree.map(np.testing.assert_array_equal, jax.jit(unpack)(packed), params)
+    mixed = {"w": jnp.ones(3), "count": jnp.int32(7)}  # one flat array would cast the counter: left as it is
+    pack, unpack = params_packing(mixed)
+    assert pack(mixed) is mixed and unpack(mixed) is mixed
