@@ -82,7 +82,37 @@ def _actors(env_id: str, num_envs: int, threads: int, rollouts: int, actor_threa
     seconds = last["time"] - first["time"]
     timings = {name: last[f"time_{name}"] - first[f"time_{name}"] for name in ("env_step", "inference", "transfer")}
     return {"sps": (last["env_steps"] - first["env_steps"]) / seconds, "frame_skip": last["frames"] // last["env_steps"],
-            "timings": timings, "seconds": seconds}
+            "timings": timings, "seconds": seconds, **_inference_alone(agent, env_id, num_envs, env_config)}
+
+
+def _inference_alone(agent, env_id: str, num_envs: int, env_config, calls: int = 300) -> dict:
+    """Microseconds per actor inference call outside the actor loop (no envpool threads beside it):
+    ``inference_alone_us`` the actors' own jitted call (as the loop makes it, the action fetched to the host),
+    ``call_floor_us`` a jitted call that takes the same arguments and computes nothing (JAX's dispatch and
+    the fetch), the least any per-step call costs."""
+    import jax
+    import numpy as np
+
+    from envs.host import HostEnv
+    from sebulba.actor import make_actor_program
+
+    env = HostEnv(env_id, num_envs, 0, env_config)
+    obs = env.reset()
+    env.close()
+    params = agent.actor_params(agent.init(jax.random.key(0)))
+    program = make_actor_program(agent, env.to_agent_layout, params)
+    packed, key = program.pack(params), jax.random.key(1)
+    floor = jax.jit(lambda packed, obs, key: (obs[:, :1], key))  # obs[:, :1]: the small output an action is
+    results = {}
+    for name, call in (("inference_alone_us", lambda: program.act(packed, obs, key)[0]),
+                       ("call_floor_us", lambda: floor(packed, obs, key)[0])):
+        for _ in range(20):
+            np.asarray(call())
+        start = time.perf_counter()
+        for _ in range(calls):
+            np.asarray(call())
+        results[name] = (time.perf_counter() - start) / calls * 1e6
+    return results
 
 
 def _train(env_id: str, agent: str, envs_per_thread: int, actor_devices: str, learner_devices: str,
@@ -233,8 +263,9 @@ def report_lines(accelerator: bool, raw_rows: list[dict], actor_rows: list[dict]
         "after each update; the first two rollouts (compilation, warm-up) are left out.",
         "",
         "| env | envpool batches x envs | agent steps/s | of raw envpool (as many envs) | "
-        "env step / inference / transfer, s | per batch step: wall / env step / inference, us |",
-        "|---|---|---|---|---|---|",
+        "env step / inference / transfer, s | per batch step: wall / env step / inference, us | "
+        "inference alone / call floor, us |",
+        "|---|---|---|---|---|---|---|",
     ]
     for r in actor_rows:
         batches = r.get("env_batches", 2)
@@ -245,13 +276,17 @@ def report_lines(accelerator: bool, raw_rows: list[dict], actor_rows: list[dict]
         lines.append(f"| {r['env_id']} | {batches} x {r['num_envs']} | {r['sps']:,.0f} | {share} | "
                      f"{t.get('env_step', 0):.1f} / {t.get('inference', 0):.1f} / {t.get('transfer', 0):.1f} | "
                      f"{r['seconds'] / calls * 1e6:,.0f} / {t.get('env_step', 0) / calls * 1e6:,.0f} / "
-                     f"{t.get('inference', 0) / calls * 1e6:,.0f} |")
+                     f"{t.get('inference', 0) / calls * 1e6:,.0f} | "
+                     f"{r.get('inference_alone_us', 0):,.0f} / {r.get('call_floor_us', 0):,.0f} |")
     lines += [
         "",
         "Where the actors fall short of raw envpool: per batch step, the thread waits for envpool (env step,",
         "which with 2 batches overlaps the other batch's inference) and runs one jitted inference call (the",
         "network, sampling, the key split, and JAX's dispatch of a call with the parameters' arrays); the rest of",
         "the wall time is the thread's own Python work per step (buffer copies, send) and the rollout's assembly.",
+        "*Inference alone* is the same call timed outside the loop, with no envpool threads beside it (the gap to",
+        "the loop's figure is contention for the cores); the *call floor* is a jitted call that takes the same",
+        "arguments and computes nothing: JAX's dispatch and the action's fetch, the least a per-step call costs.",
     ]
     lines += [
         "",

@@ -74,3 +74,17 @@ def test_a_bad_cleanba_checkout_is_a_one_line_error_before_any_measurement(tmp_p
                           "--cleanba", str(tmp_path), "--out", "", *extra], capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and message in out.stderr and "Traceback" not in out.stderr
     assert "BENCH" not in out.stdout
+
+
+def test_the_actors_row_has_inference_alone_and_the_call_floor():
+    from experiments import benchmark_sebulba
+
+    spec = dict(env_id="CartPole-v1", num_envs=8, threads=1, rollouts=2, env_batches=1)
+    row = {**spec, **benchmark_sebulba._actors(**spec)}  # as bench_process.measure reports it
+    assert row["sps"] > 0 and row["timings"]["inference"] > 0
+    assert 0 < row["call_floor_us"] < row["inference_alone_us"]  # the floor computes nothing
+    raw = {"env_id": "CartPole-v1", "num_envs": 8, "batch_size": 8, "threads": 1, "sps": 2 * row["sps"]}
+    lines = benchmark_sebulba.report_lines(False, [raw], [row], [], [])
+    actors_row = next(line for line in lines if line.startswith("| CartPole-v1 | 1 x 8 |"))
+    assert actors_row.endswith(f"| {row['inference_alone_us']:,.0f} / {row['call_floor_us']:,.0f} |")
+    assert "| 50% |" in actors_row
