@@ -58,7 +58,8 @@ ANAKIN_PRESETS: dict[str, dict] = {
     },
     "pendulum_ppo": {
         "about": "PPO with a Gaussian policy on gymnax's Pendulum-v1 (CleanRL's continuous settings: 10 epochs x 32 "
-                 "minibatches, no entropy bonus; observations normalised, rewards x 0.1)",
+                 "minibatches, no entropy bonus; observations normalised, rewards x 0.1); at 1M steps training return "
+                 "-152 and greedy evaluation -178 (seeds 0-2; gymnax-blines' PPO: -130)",
         "agent": "ppo",
         "env": "gymnax:Pendulum-v1",
         "anakin": {"num_envs": 16, "rollout_len": 128, "total_env_steps": 1_000_000},
@@ -95,7 +96,8 @@ ANAKIN_PRESETS: dict[str, dict] = {
     "minatar_impala": {
         "about": "IMPALA/V-trace on gymnax's MinAtar games (default Breakout), the MLP of minatar_ppo, 16 envs x 32 "
                  "steps (more, smaller updates than 64 envs: one gradient step per batch), entropy bonus 0.03 (0.01 "
-                 "stalls on Breakout, 0.1 on Freeway); what it reaches at 5M steps is on the results page",
+                 "stalls on Breakout, 0.1 on Freeway); at 5M steps training returns Breakout 13.7, Asterix 3.3, "
+                 "SpaceInvaders 124, Freeway 34.7 (seeds 0-2; gymnax-blines' PPO: 28, 15, 131, 58)",
         "agent": "impala",
         "env": "gymnax:Breakout-MinAtar",
         "anakin": {"num_envs": 16, "rollout_len": 32, "total_env_steps": 5_000_000},
