@@ -112,9 +112,11 @@ def latest_update(run_dir: str) -> int | None:
 
 
 def _differences(saved: dict, current: dict, prefix: str = "") -> list[str]:
+    """The settings that differ, as lines. A setting the checkpoint lacks is a knob added since it was written:
+    a resumed run takes its default, which keeps the behaviour the run had, so it is no difference."""
     out = []
-    for key in sorted(set(saved) | set(current)):
-        a, b = saved.get(key), current.get(key)
+    for key in sorted(saved):
+        a, b = saved[key], current.get(key)
         if isinstance(a, dict) and isinstance(b, dict):
             out += _differences(a, b, f"{prefix}{key}.")
         elif a != b:

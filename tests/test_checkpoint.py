@@ -4,6 +4,7 @@ import collections
 import glob
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -319,3 +320,24 @@ def test_signals_never_land_on_xla_threads_and_reach_the_main_thread():
     watchers, new, blocking, handled = out.stdout.split(maxsplit=3)
     assert watchers == "1" and int(new) >= 2 and blocking == new  # every other thread started since blocks both
     assert handled.strip() == "[True]"  # and the handler ran once, in the main thread
+
+
+def test_a_run_saved_before_a_knob_existed_resumes_with_its_default(tmp_path, capsys):
+    """Upgrading podracer must not strand a preempted run: a knob its checkpoint lacks takes its default."""
+    run_dir = str(tmp_path / "run")
+    small = ["--preset", "catch_impala", "--num-devices", "1", "--total-env-steps", "4096", "--quiet"]
+    assert main(["anakin", *small, "--logdir", run_dir, "--checkpoint-every", "1"]) == 0
+    config_path = os.path.join(run_dir, "config.json")
+    config = json.load(open(config_path))
+    del config["agent_config"]["num_minibatches"]  # as a run from before IMPALA had minibatches
+    json.dump(config, open(config_path, "w"))
+    for meta in glob.glob(os.path.join(run_dir, "checkpoints", "*", "meta", "metadata")):
+        saved = json.load(open(meta))
+        del saved["fingerprint"]["agent_config"]["num_minibatches"]
+        json.dump(saved, open(meta, "w"))
+    steps = sorted(int(step) for step in os.listdir(os.path.join(run_dir, "checkpoints")) if step.isdigit())
+    shutil.rmtree(os.path.join(run_dir, "checkpoints", str(steps[-1])))  # as if stopped before the last update
+    capsys.readouterr()
+    code, out = main(["anakin", "--resume", run_dir]), capsys.readouterr()
+    assert code == 0, out.err
+    assert "resumed from the checkpoint at update 3" in out.err
