@@ -16,6 +16,7 @@ from agents import normalization
 from agents.networks import ACTIVATIONS, TORSOS, ActorCritic, make_torso, resolve_torso
 from agents.normalization import RunningMoments
 from agents.policies import CategoricalPolicy, GaussianConfig, GaussianPolicy, make_policy
+from agents.sgd import UNROLL_CHOICES
 from podracer.config import check_knobs, flag_name, knob
 from podracer.parallel import mean_over_replicas
 from podracer.types import EnvSpec, Params, Trajectory
@@ -37,6 +38,8 @@ class ActorCriticConfig(GaussianConfig):
     normalize_observations: bool = knob(False, "standardise vector observations by running statistics of every "
                                         "observation learnt from (kept in the learner state)")
     reward_scale: float = knob(1.0, "multiply rewards by this before learning (the logged returns are unscaled)")
+    minibatch_loop: str = knob("auto", f"one of {UNROLL_CHOICES}: how the minibatch loop is compiled",
+                               choices=UNROLL_CHOICES)
 
 
 class LearnerState(NamedTuple):

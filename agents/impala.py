@@ -11,6 +11,7 @@ import jax.numpy as jnp
 from agents import actor_critic
 from agents.actor_critic import ActorCriticConfig, LearnerState
 from agents.returns import vtrace
+from agents.sgd import resolve_unroll, shuffled_minibatches
 from podracer.config import knob
 from podracer.parallel import masked_mean
 from podracer.types import Agent, BatchShape, EnvSpec, Trajectory
@@ -22,6 +23,8 @@ class ImpalaConfig(ActorCriticConfig):
     vtrace_lambda: float = knob(1.0, "V-trace lambda (trace mixing)")
     clip_rho: float = knob(1.0, "V-trace clipping of importance ratios for the value targets")
     clip_pg_rho: float = knob(1.0, "V-trace clipping of importance ratios for the policy gradient")
+    num_minibatches: int = knob(1, "gradient steps per batch, each on an equal share of its sequences (shuffled; "
+                                "Cleanba's IMPALA takes 4)", minimum=1)
 
 
 def vtrace_loss(
@@ -55,9 +58,11 @@ def vtrace_loss(
 
 
 def make_impala(config: ImpalaConfig, spec: EnvSpec, shape: BatchShape = BatchShape()) -> Agent:
-    """An IMPALA :class:`Agent`: one gradient step per trajectory batch."""
-    parts = actor_critic.build(config, spec, shape.num_updates)
+    """An IMPALA :class:`Agent`: ``num_minibatches`` gradient steps per trajectory batch (one by default)."""
+    steps = shape.num_updates * config.num_minibatches if shape.num_updates else None
+    parts = actor_critic.build(config, spec, steps)
     policy = parts.policy
+    unroll = resolve_unroll(config.minibatch_loop, parts.has_conv)
 
     def loss_fn(params, traj: Trajectory):
         policy_out, values = actor_critic.time_major(lambda obs: actor_critic.apply_network(parts, params, obs))(traj.obs)
@@ -65,10 +70,25 @@ def make_impala(config: ImpalaConfig, spec: EnvSpec, shape: BatchShape = BatchSh
         log_prob, entropy = policy.log_prob_and_entropy(policy_out, traj.action, traj.extras)
         return vtrace_loss(log_prob, entropy, values, traj, config)
 
+    def sgd_step(state: LearnerState, sequences: Trajectory):  # sequences: [B / num_minibatches, T (+ 1), ...]
+        time_major = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), sequences)
+        return actor_critic.gradient_step(loss_fn, parts.optimizer, state, time_major)
+
     def learn(state: LearnerState, traj: Trajectory, key: jax.Array):
-        del key  # deterministic given the trajectory
         state, traj = actor_critic.prepare_batch(parts, state, traj)
-        state, metrics = actor_critic.gradient_step(loss_fn, parts.optimizer, state, traj)
+        if config.num_minibatches == 1:  # the whole batch, in its order: deterministic given the trajectory
+            state, metrics = actor_critic.gradient_step(loss_fn, parts.optimizer, state, traj)
+        else:
+            num_envs = traj.reward.shape[1]
+            if num_envs % config.num_minibatches:
+                raise ValueError(
+                    f"IMPALA: each replica learns from {num_envs} sequences, which --num-minibatches "
+                    f"{config.num_minibatches} does not divide; pick a divisor of that number, or change the "
+                    "environments per replica (anakin: --num-envs; sebulba: --envs-per-thread)"
+                )
+            sequences = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), traj)  # whole sequences are shuffled
+            state, metrics = shuffled_minibatches(sgd_step, state, sequences, key, 1, config.num_minibatches, unroll)
+            metrics = jax.tree.map(jnp.mean, metrics)
         return state._replace(update=state.update + 1), metrics
 
     return Agent(

@@ -12,7 +12,7 @@ from agents import actor_critic
 from agents.actor_critic import ActorCriticConfig, LearnerState
 from agents.networks import ActorCritic
 from agents.returns import generalized_advantages
-from agents.sgd import UNROLL_CHOICES, resolve_unroll, shuffled_minibatches
+from agents.sgd import resolve_unroll, shuffled_minibatches
 from podracer.config import check_knobs, knob
 from podracer.parallel import global_masked_moments, masked_mean
 from podracer.types import Agent, BatchShape, EnvSpec, Trajectory
@@ -26,8 +26,6 @@ class PPOConfig(ActorCriticConfig):
     num_minibatches: int = knob(4, "minibatches per pass; each spans every device", minimum=1)
     clip_value: bool = knob(True, "clip the value loss around the behaviour values")
     normalize_advantages: bool = knob(True, "normalise advantages per minibatch (over all devices)")
-    minibatch_loop: str = knob("auto", f"one of {UNROLL_CHOICES}: how the minibatch loop is compiled",
-        choices=UNROLL_CHOICES)
 
 
 def ppo_loss(

@@ -90,9 +90,10 @@ def test_help_lists_the_knobs_of_the_chosen_agent(capsys):
         main(["anakin", "--agent", "impala", "--help"])
     assert exit_info.value.code == 0
     text = capsys.readouterr().out
-    for flag in ("--num-envs", "--lanes", "--num-seeds", "--vtrace-lambda", "--clip-rho", "--learning-rate"):
+    for flag in ("--num-envs", "--lanes", "--num-seeds", "--vtrace-lambda", "--clip-rho", "--learning-rate",
+                 "--num-minibatches"):
         assert flag in text
-    assert "--num-minibatches" not in text
+    assert "--num-epochs" not in text and "--clip-eps" not in text  # PPO's
 
 
 def test_presets_and_unknown_commands(capsys):

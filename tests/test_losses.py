@@ -4,6 +4,7 @@ import dataclasses
 
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from agents.impala import ImpalaConfig, vtrace_loss
 from agents.policies import CategoricalPolicy
@@ -144,3 +145,44 @@ def test_the_learner_takes_conv_batches_in_slices_with_the_same_result():
     jaxpr = str(jax.make_jaxpr(lambda p: loss(sliced, p))(params))
     assert jaxpr.count("conv_general_dilated") == 3 * 3  # three Nature-CNN convs, once per slice
     assert make_impala(config, spec) is not None
+
+
+def test_impala_minibatches_are_gradient_steps_on_shuffled_whole_sequences():
+    """``--num-minibatches 2`` on 2 sequences: one gradient step on each sequence, in an order the key draws."""
+    import jax
+
+    from agents import make_impala
+    from podracer.types import Discrete, EnvSpec
+
+    spec = EnvSpec(jax.ShapeDtypeStruct((6,), jnp.float32), Discrete(3))
+    one_step, two_steps = (make_impala(ImpalaConfig(num_minibatches=n), spec) for n in (1, 2))
+    rng = np.random.default_rng(0)
+    T, B = 5, 2
+    traj = Trajectory(
+        obs=jnp.asarray(rng.normal(size=(T + 1, B, 6)), jnp.float32),
+        action=jnp.asarray(rng.integers(0, 3, (T, B)), jnp.int32),
+        reward=jnp.asarray(rng.normal(size=(T, B)), jnp.float32),
+        discount=jnp.full((T, B), 0.99, jnp.float32),
+        valid=jnp.ones((T, B), bool),
+        extras={"log_prob": jnp.full((T, B), -np.log(3.0), jnp.float32)},
+    )
+    sequence = [jax.tree.map(lambda x, b=b: x[:, b:b + 1], traj) for b in range(B)]
+    state = one_step.init(jax.random.key(0))
+    learn_one, learn_two = single_replica(one_step.learn), single_replica(two_steps.learn)
+    key = jax.random.key(1)
+
+    def in_order(first, second):
+        return learn_one(learn_one(state, sequence[first], key)[0], sequence[second], key)[0].params
+
+    orders = {(0, 1): in_order(0, 1), (1, 0): in_order(1, 0)}
+    seen = set()
+    for k in range(8):
+        params = learn_two(state, traj, jax.random.key(k))[0].params
+        matches = [order for order, expected in orders.items()
+                   if all(np.allclose(a, b, rtol=1e-5, atol=1e-7)
+                          for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(expected)))]
+        assert len(matches) == 1, k
+        seen.add(matches[0])
+    assert seen == set(orders)  # the key shuffles
+    with pytest.raises(ValueError, match="--num-minibatches 2 does not divide"):
+        learn_two(state, jax.tree.map(lambda x: x[:, :1], traj), key)
