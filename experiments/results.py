@@ -33,7 +33,7 @@ import time
 
 import numpy as np
 
-from experiments.suites import SUITES, Entry, Suite
+from experiments.suites import SEBULBA_CPU, SUITES, Entry, Suite
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STATE_FILE = "suite_run.json"  # in each run directory: the segments run and whether the run finished
@@ -142,7 +142,8 @@ def summarise(entry: Entry, run_dirs: list[str]) -> dict:
     train_seconds = sum(r["time"] for r in last)
     return {
         "name": entry.name, "architecture": entry.architecture, "agent": entry.agent, "env": entry.env,
-        "preset": entry.preset, "flags": list(entry.flags), "seeds": entry.seeds, "steps": entry.steps,
+        "preset": entry.preset, "flags": list(entry.flags), "variant": entry.variant, "seeds": entry.seeds,
+        "steps": entry.steps,
         "frame_skip": entry.frame_skip,
         "reference": None if entry.reference is None else {"value": entry.reference.value,
                                                            "source": entry.reference.source},
@@ -195,7 +196,7 @@ def plot_env(suite_name: str, env: str, entries: list[dict], peers: dict, out: s
     skip = entries[0]["frame_skip"]
     for i, entry in enumerate(entries):
         color = f"C{i}"
-        label = f"{entry['agent'].upper()} ({entry['architecture']})"
+        label = f"{entry['agent'].upper()} ({entry['architecture']}{_shown_flags(entry, ', ')})"
         for kind, style in (("train", "-"), ("eval", "--")):
             curve = entry[kind]
             if curve is None:
@@ -225,6 +226,14 @@ def plot_env(suite_name: str, env: str, entries: list[dict], peers: dict, out: s
     fig.suptitle(f"{env} ({suite_name})")
     fig.savefig(out, dpi=100)
     plt.close(fig)
+
+
+def _shown_flags(entry: dict, prefix: str) -> str:
+    """The flags an entry adds to its preset, other than the CPU device split (``prefix`` before them)."""
+    flags = entry.get("flags", [])
+    if flags[:len(SEBULBA_CPU)] == list(SEBULBA_CPU):
+        flags = flags[len(SEBULBA_CPU):]
+    return f"{prefix}{' '.join(flags)}" if flags else ""
 
 
 def _interval(final: dict | None) -> str:
@@ -265,7 +274,7 @@ def suite_section(name: str, suite: Suite, data: dict, docs: str) -> list[str]:
         frames = f" ({e['steps'] * e['frame_skip']:,})" if e["frame_skip"] > 1 else ""
         reference = f"{e['reference']['value']:g} ({e['reference']['source']})" if e["reference"] else "-"
         resumed = f" in {e['segments']} segments" if e["segments"] > e["runs"] else ""
-        lines.append(f"| {e['agent']} | {e['architecture']} | `{e['env']}` | `{e['preset']}` | {e['steps']:,}{frames} | "
+        lines.append(f"| {e['agent']} | {e['architecture']} | `{e['env']}` | `{e['preset']}{_shown_flags(e, ' ')}` | {e['steps']:,}{frames} | "
                      f"{e['seeds']} | {_interval(e['train']['final'])} | {_interval(_eval_final(e['eval']))} | "
                      f"{reference} | {_verdict(e)} | {e['wall_seconds']:.0f} s{resumed} | {e['sps']:,} |")
     for env, peer in data.get("peers", {}).items():
