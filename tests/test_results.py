@@ -22,6 +22,14 @@ def test_every_suite_entry_names_a_preset_of_its_agent():
     assert len(names) == len(set(names)), "run directories would collide"
 
 
+def test_an_entrys_own_flags_are_shown_beside_its_preset_and_the_cpu_split_is_not():
+    minibatches = next(e for e in SUITES["atari"].entries if e.variant == "4mb")
+    summary = {"flags": list(minibatches.flags)}
+    assert minibatches.name == "sebulba-impala-pong-v5-4mb"
+    assert results._shown_flags(summary, " ") == " --num-minibatches 4"
+    assert results._shown_flags({"flags": ["--cpu-devices", "2"]}, " ") == ""
+
+
 def test_purejaxrl_windows_average_the_episodes_that_ended_in_them():
     returns = np.zeros((2, 4, 1, 1))  # [seeds, updates, steps, envs]
     ended = np.zeros((2, 4, 1, 1), bool)
