@@ -31,6 +31,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from experiments import bench_process  # noqa: E402
 CLASSIC, ATARI = "CartPole-v1", ("Breakout-v5", "Pong-v5")
 PEER_UPDATES = 6  # learner updates per run beside Cleanba: 2 to warm up, 4 timed
+CLEANBA_MINIBATCHES = 4  # Cleanba's default for both agents (PPO: per epoch, 4 epochs; IMPALA: one pass)
 
 
 def _raw(env_id: str, num_envs: int, batch_size: int, threads: int, seconds: float) -> dict:
@@ -116,13 +117,16 @@ def _inference_alone(agent, env_id: str, num_envs: int, env_config, calls: int =
 
 
 def _train(env_id: str, agent: str, envs_per_thread: int, actor_devices: str, learner_devices: str,
-           actor_threads: int, rollout_len: int, updates: int, torso: str = "auto") -> dict:
-    """A complete Sebulba run of ``updates`` updates; rates over the updates after the first two (warm-up)."""
+           actor_threads: int, rollout_len: int, updates: int, torso: str = "auto", num_minibatches: int = 0) -> dict:
+    """A complete Sebulba run of ``updates`` updates; rates over the updates after the first two (warm-up).
+    ``num_minibatches``: the agent's (0: its default)."""
     from agents import AGENTS
     from sebulba.config import SebulbaConfig
     from sebulba.run import train
 
-    agent_config = AGENTS[agent][0](shared_torso=True, torso=torso, max_grad_norm=40.0 if agent == "impala" else 0.5)
+    minibatches = {"num_minibatches": num_minibatches} if num_minibatches else {}
+    agent_config = AGENTS[agent][0](shared_torso=True, torso=torso, max_grad_norm=40.0 if agent == "impala" else 0.5,
+                                    **minibatches)
     per_update = envs_per_thread * rollout_len * actor_threads * len(actor_devices.split(","))
     config = SebulbaConfig(actor_devices=actor_devices, learner_devices=learner_devices, actor_threads=actor_threads,
                            envs_per_thread=envs_per_thread, rollout_len=rollout_len,
@@ -223,7 +227,7 @@ def main() -> None:
     peer_rows = []
     for spec in cleanba_plan(args.quick) if cleanba_scripts else []:
         ours = measure("train", env_id=ATARI[0], actor_devices="0", learner_devices="1", actor_threads=1,
-                       updates=PEER_UPDATES, torso="impala_resnet", **spec)
+                       updates=PEER_UPDATES, torso="impala_resnet", num_minibatches=CLEANBA_MINIBATCHES, **spec)
         try:
             theirs = _cleanba(cleanba_scripts[f"cleanba_{spec['agent']}.py"], updates=PEER_UPDATES,
                               python=args.cleanba_python, **spec)
@@ -308,8 +312,8 @@ def report_lines(accelerator: bool, raw_rows: list[dict], actor_rows: list[dict]
             "Both with Cleanba's network (IMPALA ResNet 16-32-32, one torso for policy and value: podracer's",
             "`--torso impala_resnet --shared-torso`), Breakout-v5, one actor thread on CPU device 0, the learner on",
             "device 1, each framework's other settings its own: Cleanba runs every device single-threaded, uses",
-            "sticky actions and the full action set, RMSProp and, for IMPALA, 4 minibatch steps per batch (its",
-            "default; podracer takes one Adam step); PPO is 4 epochs x 4 minibatches in both. Cleanba is",
+            "sticky actions and the full action set, and RMSProp where podracer uses Adam; both take 4 minibatch",
+            "steps per batch for IMPALA (podracer's `--num-minibatches 4`) and 4 epochs x 4 for PPO. Cleanba is",
             f"patched to run here (`experiments/peer_cleanba.py`). Steady state: updates 3 to {PEER_UPDATES} of each run;",
             "compile is podracer's compilation, start-up Cleanba's process start to the end of its first update.",
             "",
