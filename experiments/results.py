@@ -142,8 +142,7 @@ def summarise(entry: Entry, run_dirs: list[str]) -> dict:
     train_seconds = sum(r["time"] for r in last)
     return {
         "name": entry.name, "architecture": entry.architecture, "agent": entry.agent, "env": entry.env,
-        "preset": entry.preset, "flags": list(entry.flags), "variant": entry.variant, "seeds": entry.seeds,
-        "steps": entry.steps,
+        "preset": entry.preset, "flags": list(entry.flags), "seeds": entry.seeds, "steps": entry.steps,
         "frame_skip": entry.frame_skip,
         "reference": None if entry.reference is None else {"value": entry.reference.value,
                                                            "source": entry.reference.source},
