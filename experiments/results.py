@@ -3,6 +3,7 @@
     python experiments/results.py --suite classic            # every agent x architecture, ~12 min on 2 CPU cores
     python experiments/results.py --suite minatar --purejaxrl ~/purejaxrl --purejaxrl-python ~/pjx/bin/python
     python experiments/results.py --suite atari --max-minutes 60   # stops resumably after an hour; rerun to go on
+    python experiments/results.py --suite atari --only sebulba-impala-pong-v5-4mb   # one entry; the rest kept
 
 Each run is a ``podracer`` command in a process of its own, in
 ``RUNS_DIR/<suite>/<run>`` with ``--resume-or-start``, so a suite that was
@@ -15,7 +16,10 @@ After every call the suite's numbers go to ``docs/results/<suite>.json`` and
 its figures (one per environment: the mean over seeds with a 95% bootstrap
 interval, training and evaluation returns, against env steps or frames and
 against training seconds) to ``docs/results/<suite>-<env>.png``; the page is
-rewritten from every suite's numbers. ``--purejaxrl DIR`` trains PureJaxRL's PPO
+rewritten from every suite's numbers. An entry whose runs are not here (a fresh
+checkout) or not finished keeps the numbers recorded for it, as long as its
+definition (preset, flags, steps, seeds) is unchanged; the page says which
+numbers are from an earlier call. ``--purejaxrl DIR`` trains PureJaxRL's PPO
 beside the entries that name it; without it, the PureJaxRL figures recorded
 last are kept.
 """
@@ -23,6 +27,7 @@ last are kept.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import signal
@@ -153,6 +158,7 @@ def summarise(entry: Entry, run_dirs: list[str]) -> dict:
         "train_seconds": round(train_seconds, 1),
         "sps": round(sum(r["env_steps"] for r in last) / max(train_seconds, 1e-9)),
         "runs": len(run_dirs), "segments": sum(len(state["segments"]) for state in states),
+        "measured": _machine(),
     }
 
 
@@ -280,6 +286,11 @@ def suite_section(name: str, suite: Suite, data: dict, docs: str) -> list[str]:
         lines.append(f"| PureJaxRL PPO | (its own) | `{env}` | PureJaxRL's MinAtar config | {peer['env_steps'][-1]:,} | "
                      f"{peer['seeds']} | {_interval(peer['final'])} | - | - | - | {peer['wall_seconds']:.0f} s | "
                      f"{peer['sps']:,} |")
+    earlier = [f"{e['name']} (measured {e['measured']})" for e in entries
+               if e.get("measured", data["measured"]) != data["measured"]]
+    if earlier:
+        lines += ["", f"Recorded by an earlier call and kept (their runs are not in this checkout, or were not "
+                      f"trained by this call): {', '.join(earlier)}."]
     missing = [n for n, e in zip(data["names"], data["entries"]) if e is None]
     if missing:
         lines += ["", f"Not finished yet (run the command again to continue): {', '.join(missing)}."]
@@ -323,9 +334,28 @@ def _interrupted(interrupt: KeyboardInterrupt) -> int:
     return 128 + getattr(signal, name)
 
 
+DEFINING_FIELDS = ("architecture", "agent", "env", "preset", "flags", "seeds", "steps")  # an entry's recorded numbers
+# stand for it while these are unchanged
+
+
+def _recorded(entry: Entry, old: dict) -> dict | None:
+    """``entry``'s summary from an earlier call (``old``: the suite's recorded numbers), if it was of the same
+    runs: a machine without the run directories (a fresh checkout) keeps the page's finished results."""
+    for name, summary in zip(old.get("names", []), old.get("entries", [])):
+        if name == entry.name and summary is not None:
+            now = {**dataclasses.asdict(entry), "name": entry.name, "flags": list(entry.flags)}
+            if all(summary.get(field) == now[field] for field in DEFINING_FIELDS):
+                return {**summary, "measured": summary.get("measured", old.get("measured"))}
+    return None
+
+
 def run_suite(name: str, runs_dir: str, docs: str, max_minutes: float | None = None,
-              purejaxrl: str | None = None, python: str = sys.executable) -> int:
-    """Runs (or continues) suite ``name``, records its numbers and rewrites the page; the exit code."""
+              purejaxrl: str | None = None, python: str = sys.executable, only: list[str] | None = None) -> int:
+    """Runs (or continues) suite ``name``, records its numbers and rewrites the page; the exit code.
+
+    ``only``: the names of the entries to train (default all); the others keep the numbers recorded earlier.
+    An entry whose runs are not here (or not finished) also keeps its recorded numbers until its runs finish.
+    """
     suite, deadline = SUITES[name], time.time() + (max_minutes * 60 if max_minutes else 1e9)
     data_path = os.path.join(docs, "results", f"{name}.json")
     old = json.load(open(data_path)) if os.path.exists(data_path) else {}
@@ -334,14 +364,14 @@ def run_suite(name: str, runs_dir: str, docs: str, max_minutes: float | None = N
     for entry in suite.entries:
         runs = [(os.path.join(runs_dir, name, run_name), seed) for run_name, seed in entry.run_names()]
         try:
-            for run_dir, seed in runs if code == 0 else []:
+            for run_dir, seed in runs if code == 0 and (only is None or entry.name in only) else []:
                 if not run_to_end(entry, seed, run_dir, deadline):
                     code = _stopped(max_minutes)
                     break
         except KeyboardInterrupt as interrupt:
             code = _interrupted(interrupt)
         finished = all(_run_state(run_dir)["finished"] for run_dir, _ in runs)
-        summaries.append(summarise(entry, [run_dir for run_dir, _ in runs]) if finished else None)
+        summaries.append(summarise(entry, [run_dir for run_dir, _ in runs]) if finished else _recorded(entry, old))
     peers = old.get("peers", {})
     try:
         for entry in suite.entries if purejaxrl and code == 0 else []:
@@ -387,19 +417,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--purejaxrl-python", metavar="PY", default=sys.executable,
                         help="the Python that runs PureJaxRL (jax, flax, optax, distrax, gymnax<1.0)")
     parser.add_argument("--page-only", action="store_true", help="rewrite the page from the recorded numbers")
+    parser.add_argument("--only", metavar="NAME", action="append",
+                        help="train only this entry of the suite (repeatable; names as in its run directories, e.g. "
+                             "sebulba-impala-pong-v5-4mb); the others keep their recorded numbers")
     args = parser.parse_args(argv)
     if args.page_only:
         print(f"results: wrote {write_page(args.docs)}")
         return 0
     if args.suite is None:
         parser.error("--suite is required (or --page-only)")
+    names = [entry.name for entry in SUITES[args.suite].entries]
+    unknown = sorted(set(args.only or []) - set(names))
+    if unknown:
+        parser.error(f"--only {', '.join(unknown)}: not an entry of suite {args.suite} (its entries: {', '.join(names)})")
     if args.max_minutes is not None and args.max_minutes <= 0:
         parser.error(f"--max-minutes must be positive, got {args.max_minutes}")
     if args.purejaxrl and not os.path.isfile(os.path.join(args.purejaxrl, "purejaxrl", "ppo.py")):
         parser.error(f"--purejaxrl {args.purejaxrl}: no purejaxrl/ppo.py there (a checkout of luchris429/purejaxrl)")
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)  # SIGTERM stops a suite as Ctrl-C does
     try:
-        return run_suite(args.suite, args.runs_dir, args.docs, args.max_minutes, args.purejaxrl, args.purejaxrl_python)
+        return run_suite(args.suite, args.runs_dir, args.docs, args.max_minutes, args.purejaxrl, args.purejaxrl_python,
+                         args.only)
     finally:
         signal.signal(signal.SIGTERM, previous)
 

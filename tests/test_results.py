@@ -175,3 +175,52 @@ def test_a_sigterm_to_the_suite_alone_stops_its_run_with_a_checkpoint(tmp_path):
     state = json.load(open(run_dir / results.STATE_FILE))
     assert state["segments"][-1]["exit_code"] == 143 and not state["finished"]  # the run itself stopped cleanly
     assert (run_dir / "checkpoints").is_dir()
+
+
+def _fake_summary(entry: Entry, final: float) -> dict:
+    """What ``summarise`` records for ``entry``, with a flat training curve at ``final``."""
+    curve = {"env_steps": [0, entry.steps], "point": [final, final], "low": [final, final], "high": [final, final],
+             "seconds": [0.0, 1.0], "final": {"point": final, "low": final, "high": final, "per_run": [final]}}
+    return {"name": entry.name, "architecture": entry.architecture, "agent": entry.agent, "env": entry.env,
+            "preset": entry.preset, "flags": list(entry.flags), "seeds": entry.seeds, "steps": entry.steps,
+            "frame_skip": entry.frame_skip, "reference": None, "train": curve, "eval": None, "wall_seconds": 1.0,
+            "compile_seconds": 1.0, "train_seconds": 1.0, "sps": 1, "runs": entry.seeds, "segments": entry.seeds,
+            "measured": "today"}
+
+
+def test_only_trains_the_named_entry_and_recorded_numbers_outlive_missing_runs(tmp_path, monkeypatch):
+    """A fresh checkout has no run directories: the page must keep what was measured, unless its definition changed."""
+    kept = Entry("anakin", "catch_ppo", "ppo", "catch", 1000, seeds=1)
+    trained = Entry("anakin", "catch_impala", "impala", "catch", 1000, seeds=1)
+    changed = Entry("anakin", "cartpole_ppo", "ppo", "cartpole", 1000, seeds=1)
+    monkeypatch.setattr(results, "SUITES", {"tiny": Suite(about="a tiny suite", entries=(kept, trained, changed))})
+    docs = tmp_path / "docs"
+    (docs / "results").mkdir(parents=True)
+    recorded = [_fake_summary(kept, 0.5), _fake_summary(trained, 0.1), _fake_summary(changed, 0.3)]
+    for summary in recorded:
+        summary["measured"] = "long ago"
+    recorded[2]["steps"] = 2000  # recorded at another budget: no longer this entry's result
+    (docs / "results" / "tiny.json").write_text(json.dumps(
+        {"measured": "long ago", "names": [kept.name, trained.name, changed.name], "entries": recorded, "peers": {}}))
+    trained_runs = []
+
+    def fake_run(entry, seed, run_dir, deadline):
+        trained_runs.append(entry.name)
+        os.makedirs(run_dir)
+        results._save_run_state(run_dir, {"segments": [{"wall_seconds": 1.0, "exit_code": 0}], "finished": True})
+        return True
+
+    monkeypatch.setattr(results, "run_to_end", fake_run)
+    monkeypatch.setattr(results, "summarise", lambda entry, run_dirs: _fake_summary(entry, 0.9))
+    with pytest.raises(SystemExit):
+        results.main(["--suite", "tiny", "--only", "anakin-ppo-nope", "--docs", str(docs)])
+    assert results.main(["--suite", "tiny", "--only", trained.name, "--docs", str(docs),
+                         "--runs-dir", str(tmp_path / "runs")]) == 0
+    assert trained_runs == [trained.name]
+    entries = json.loads((docs / "results" / "tiny.json").read_text())["entries"]
+    assert entries[0]["train"]["final"]["point"] == 0.5 and entries[0]["measured"] == "long ago"
+    assert entries[1]["train"]["final"]["point"] == 0.9
+    assert entries[2] is None
+    page = (docs / "results.md").read_text()
+    assert "Recorded by an earlier call and kept" in page and f"{kept.name} (measured long ago)" in page
+    assert f"Not finished yet (run the command again to continue): {changed.name}" in page
