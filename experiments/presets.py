@@ -68,7 +68,8 @@ ANAKIN_PRESETS: dict[str, dict] = {
     },
     "inverted_pendulum_ppo": {
         "about": "PPO with a Gaussian policy on Brax's inverted_pendulum (needs the brax extra); the settings of "
-                 "benchmark_brax.py: 64 envs x 16 steps, 4 epochs x 4 minibatches, observations normalised",
+                 "benchmark_brax.py: 64 envs x 16 steps, 4 epochs x 4 minibatches, observations normalised; at 600k "
+                 "steps training returns 974 / 969 / 973 of 1000 (seeds 0-2), each passing 800 by 172k",
         "agent": "ppo",
         "env": "brax:inverted_pendulum",
         "anakin": {"num_envs": 64, "rollout_len": 16, "total_env_steps": 600_000},
@@ -165,7 +166,9 @@ SEBULBA_PRESETS: dict[str, dict] = {
                       {"learning_rate": 1e-3, "max_grad_norm": 40.0, "entropy_coef": 1e-3}),
     },
     "atari_impala": {
-        "about": "IMPALA/V-trace on Atari (default Breakout-v5) in the paper's setting, fitted to the host's cores",
+        "about": "IMPALA/V-trace on Atari (default Breakout-v5) in the paper's setting, fitted to the host's cores; "
+                 "on Pong-v5 it has not learnt by 10M frames (2 CPU cores, seed 0: training return -20.0, greedy "
+                 "evaluation -21; docs/results.md)",
         "agent": "impala",
         "env": "Breakout-v5",
         "fit": _atari_impala,
@@ -180,7 +183,8 @@ SEBULBA_PRESETS: dict[str, dict] = {
                        "replay_ratio": 2.0, "learning_rate": 3e-3}),
     },
     "atari_muzero": {
-        "about": "MuZero on Atari (default Breakout-v5) in the paper's Sebulba style, fitted to the host",
+        "about": "MuZero on Atari (default Breakout-v5) in the paper's Sebulba style, fitted to the host; its 50M "
+                 "steps are for an accelerator: no result measured yet",
         "agent": "muzero",
         "env": "Breakout-v5",
         "fit": _atari_muzero,
@@ -188,7 +192,8 @@ SEBULBA_PRESETS: dict[str, dict] = {
     "halfcheetah_ppo": {
         "about": "PPO with a Gaussian policy on envpool's MuJoCo HalfCheetah-v4 (CleanRL's continuous settings with "
                  "16 envs x 64 steps, 10 epochs x 16 minibatches, no entropy bonus, initial log-std -0.5; "
-                 "observations normalised, rewards x 0.1; reproducible sync)",
+                 "observations normalised, rewards x 0.1; reproducible sync); at 1M steps training returns 3910 / 5497 / "
+                 "4289 (seeds 0-2; CleanRL's PPO: about 1500-1900)",
         "agent": "ppo",
         "env": "HalfCheetah-v4",
         "fit": _fixed({"actor_threads": 1, "envs_per_thread": 16, "env_batches": 1, "rollout_len": 64,
@@ -197,7 +202,8 @@ SEBULBA_PRESETS: dict[str, dict] = {
                        "log_std_init": -0.5, "normalize_observations": True, "reward_scale": 0.1}),
     },
     "breakout_ppo": {
-        "about": "PPO on Breakout-v5 as Cleanba's benchmark runs it: 16 envs x 32 steps, 1 actor thread",
+        "about": "PPO on Breakout-v5 as Cleanba's benchmark runs it: 16 envs x 32 steps, 1 actor thread; no "
+                 "learning result measured yet (at ~240 steps/s on 2 CPU cores, 10M frames take about 3 hours)",
         "agent": "ppo",
         "env": "Breakout-v5",
         "fit": _fixed({"actor_threads": 1, "envs_per_thread": 16, "rollout_len": 32, "total_env_steps": 10_000_000},
