@@ -16,7 +16,8 @@ ANAKIN_PRESETS: dict[str, dict] = {
         "agent_config": {},
     },
     "cartpole_ppo_wide": {
-        "about": "PPO on CartPole-v1 with 64 envs, the batch that fills a device better",
+        "about": "PPO on CartPole-v1 with 64 envs, the batch that fills a device better; at 5M steps training "
+                 "returns 500 / 499 / 500 and greedy evaluation 500 (seeds 0-2)",
         "agent": "ppo",
         "env": "cartpole",
         "anakin": {"num_envs": 64, "rollout_len": 128, "total_env_steps": 5_000_000},
@@ -49,7 +50,8 @@ ANAKIN_PRESETS: dict[str, dict] = {
                          "support_bins": 21, "max_considered_actions": 3},
     },
     "cartpole_muzero": {
-        "about": "MuZero (Gumbel search, 16 simulations) on CartPole-v1",
+        "about": "MuZero (Gumbel search, 16 simulations) on CartPole-v1; at 200k steps training returns 500 / 500 / "
+                 "414 and evaluation 495 / 500 / 316 (seeds 0-2)",
         "agent": "muzero",
         "env": "cartpole",
         "anakin": {"num_envs": 16, "rollout_len": 16, "total_env_steps": 200_000},
