@@ -95,15 +95,15 @@ def _inference_alone(agent, env_id: str, num_envs: int, env_config, calls: int =
     import numpy as np
 
     from envs.host import HostEnv
-    from sebulba.actor import make_actor_program
+    from sebulba.actor import ACTOR_KEY_IMPL, make_actor_program
 
     env = HostEnv(env_id, num_envs, 0, env_config)
     obs = env.reset()
     env.close()
     params = agent.actor_params(agent.init(jax.random.key(0)))
     program = make_actor_program(agent, env.to_agent_layout, params)
-    packed, key = program.pack(params), jax.random.key(1)
-    floor = jax.jit(lambda packed, obs, key: (obs[:, :1], key))  # obs[:, :1]: the small output an action is
+    packed, key = program.pack(params), np.asarray(jax.random.key_data(jax.random.key(1, impl=ACTOR_KEY_IMPL)))
+    floor = jax.jit(lambda packed, obs, key: (obs[:, :1], obs))  # obs[:, :1]: the small output an action is
     results = {}
     for name, call in (("inference_alone_us", lambda: program.act(packed, obs, key)[0]),
                        ("call_floor_us", lambda: floor(packed, obs, key)[0])):
@@ -286,7 +286,7 @@ def report_lines(accelerator: bool, raw_rows: list[dict], actor_rows: list[dict]
         "",
         "Where the actors fall short of raw envpool: per batch step, the thread waits for envpool (env step,",
         "which with 2 batches overlaps the other batch's inference) and runs one jitted inference call (the",
-        "network, sampling, the key split, and JAX's dispatch of a call with the parameters' arrays); the rest of",
+        "network, sampling with a key made for the rollout, and JAX's dispatch of the call); the rest of",
         "the wall time is the thread's own Python work per step (buffer copies, send) and the rollout's assembly.",
         "*Inference alone* is the same call timed outside the loop, with no envpool threads beside it (the gap to",
         "the loop's figure is contention for the cores); the *call floor* is a jitted call that takes the same",
