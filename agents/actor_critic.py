@@ -21,12 +21,17 @@ from podracer.config import check_knobs, flag_name, knob
 from podracer.parallel import mean_over_replicas
 from podracer.types import EnvSpec, Params, Trajectory
 
+OPTIMIZERS = ("adam", "rmsprop")
 
 @dataclasses.dataclass(frozen=True)
 class ActorCriticConfig(GaussianConfig):
-    learning_rate: float = knob(2.5e-4, "Adam learning rate")
+    learning_rate: float = knob(2.5e-4, "learning rate")
     anneal_lr: bool = knob(True, "decay the learning rate linearly to 0 over the run")
-    adam_eps: float = knob(1e-5, "Adam epsilon")
+    optimizer: str = knob("adam", "adam, or rmsprop as the IMPALA paper and Cleanba's IMPALA take it (no momentum, "
+                          "epsilon added to the root as PyTorch does)", choices=OPTIMIZERS)
+    adam_eps: float = knob(1e-5, "Adam epsilon", minimum=0.0)
+    rmsprop_decay: float = knob(0.99, "RMSProp: decay of the average of squared gradients", minimum=0.0)
+    rmsprop_eps: float = knob(0.01, "RMSProp epsilon (added to the root of that average)", minimum=0.0)
     max_grad_norm: float = knob(0.5, "clip gradients to this global norm")
     gamma: float = knob(0.99, "discount factor")
     entropy_coef: float = knob(0.01, "weight of the entropy bonus")
@@ -65,6 +70,8 @@ def _ensure_positive(config: ActorCriticConfig) -> None:
         raise ValueError(f"--gamma must lie in [0, 1], got {config.gamma}")
     if config.reward_scale <= 0:
         raise ValueError(f"--reward-scale must be positive, got {config.reward_scale}")
+    if config.rmsprop_decay >= 1.0:
+        raise ValueError(f"--rmsprop-decay must lie in [0, 1), got {config.rmsprop_decay}")
 
 
 # XLA:CPU computes a conv torso's gradient several times faster in slices of a few dozen Atari frames than over
@@ -121,10 +128,11 @@ def build(config: ActorCriticConfig, spec: EnvSpec, optimizer_steps: int | None)
     learning_rate = config.learning_rate
     if config.anneal_lr and optimizer_steps:
         learning_rate = optax.linear_schedule(config.learning_rate, 0.0, optimizer_steps)
-    optimizer = optax.flatten(optax.chain(
-        optax.clip_by_global_norm(config.max_grad_norm),
-        optax.adam(learning_rate, eps=config.adam_eps),
-    ))
+    if config.optimizer == "rmsprop":
+        scale = optax.rmsprop(learning_rate, decay=config.rmsprop_decay, eps=config.rmsprop_eps, eps_in_sqrt=False)
+    else:
+        scale = optax.adam(learning_rate, eps=config.adam_eps)
+    optimizer = optax.flatten(optax.chain(optax.clip_by_global_norm(config.max_grad_norm), scale))
     has_conv = torso != "mlp"
     return ActorCriticParts(network, policy, optimizer, has_conv, config, learner_slice(spec, has_conv))
 

@@ -19,12 +19,15 @@ from podracer.types import Agent, BatchShape, EnvSpec, Trajectory
 
 @dataclasses.dataclass(frozen=True)
 class ImpalaConfig(ActorCriticConfig):
-    learning_rate: float = knob(6e-4, "Adam learning rate")
+    learning_rate: float = knob(6e-4, "learning rate")
     vtrace_lambda: float = knob(1.0, "V-trace lambda (trace mixing)")
     clip_rho: float = knob(1.0, "V-trace clipping of importance ratios for the value targets")
     clip_pg_rho: float = knob(1.0, "V-trace clipping of importance ratios for the policy gradient")
     num_minibatches: int = knob(1, "gradient steps per batch, each on an equal share of its sequences (shuffled; "
                                 "Cleanba's IMPALA takes 4)", minimum=1)
+    summed_loss: bool = knob(False, "sum the loss over a gradient step's steps and sequences instead of averaging "
+                             "it: the IMPALA paper's and Cleanba's scale, which sets what --max-grad-norm and "
+                             "--rmsprop-eps mean")
 
 
 def vtrace_loss(
@@ -68,7 +71,8 @@ def make_impala(config: ImpalaConfig, spec: EnvSpec, shape: BatchShape = BatchSh
         policy_out, values = actor_critic.time_major(lambda obs: actor_critic.apply_network(parts, params, obs))(traj.obs)
         policy_out = jax.tree.map(lambda x: x[:-1], policy_out)
         log_prob, entropy = policy.log_prob_and_entropy(policy_out, traj.action, traj.extras)
-        return vtrace_loss(log_prob, entropy, values, traj, config)
+        loss, metrics = vtrace_loss(log_prob, entropy, values, traj, config)
+        return (loss * log_prob.size if config.summed_loss else loss), metrics
 
     def learn(state: LearnerState, traj: Trajectory, key: jax.Array):
         state, traj = actor_critic.prepare_batch(parts, state, traj)

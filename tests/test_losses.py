@@ -186,3 +186,47 @@ def test_impala_minibatches_are_gradient_steps_on_shuffled_whole_sequences():
     assert seen == set(orders)  # the key shuffles
     with pytest.raises(ValueError, match="--num-minibatches 2 does not divide"):
         learn_two(state, jax.tree.map(lambda x: x[:, :1], traj), key)
+
+
+def test_rmsprop_steps_as_pytorch_and_the_summed_loss_is_the_mean_times_the_batch():
+    """The paper's/Cleanba's IMPALA optimiser: ``g / (sqrt(nu) + eps)``, eps outside the root, no momentum; and
+    ``--summed-loss`` scales the loss (so the gradient) by the steps x sequences of the gradient step."""
+    import jax
+
+    from agents import make_impala
+    from agents.actor_critic import build
+    from podracer.types import Discrete, EnvSpec
+
+    spec = EnvSpec(jax.ShapeDtypeStruct((6,), jnp.float32), Discrete(3))
+    config = ImpalaConfig(optimizer="rmsprop", learning_rate=0.1, rmsprop_decay=0.9, rmsprop_eps=0.5,
+                          max_grad_norm=1e9, anneal_lr=False)
+    optimizer = build(config, spec, None).optimizer
+    params = {"w": jnp.zeros(3)}
+    grads = [{"w": jnp.array([1.0, -2.0, 0.0])}, {"w": jnp.array([3.0, 1.0, 4.0])}]
+    state, nu = optimizer.init(params), np.zeros(3)
+    for g in grads:
+        updates, state = optimizer.update(g, state, params)
+        nu = 0.9 * nu + 0.1 * np.square(g["w"])
+        np.testing.assert_allclose(updates["w"], -0.1 * g["w"] / (np.sqrt(nu) + 0.5), rtol=1e-6)
+
+    rng = np.random.default_rng(0)
+    T, B = 5, 4
+    traj = Trajectory(
+        obs=jnp.asarray(rng.normal(size=(T + 1, B, 6)), jnp.float32),
+        action=jnp.asarray(rng.integers(0, 3, (T, B)), jnp.int32),
+        reward=jnp.asarray(rng.normal(size=(T, B)), jnp.float32),
+        discount=jnp.full((T, B), 0.99, jnp.float32),
+        valid=jnp.ones((T, B), bool),
+        extras={"log_prob": jnp.full((T, B), -np.log(3.0), jnp.float32)},
+    )
+    metrics = {}
+    for summed in (False, True):
+        agent = make_impala(ImpalaConfig(summed_loss=summed, max_grad_norm=1e9), spec)
+        _, metrics[summed] = single_replica(agent.learn)(agent.init(jax.random.key(0)), traj, jax.random.key(1))
+    np.testing.assert_allclose(metrics[True]["loss"], T * B * metrics[False]["loss"], rtol=1e-5)
+    np.testing.assert_allclose(metrics[True]["grad_norm"], T * B * metrics[False]["grad_norm"], rtol=1e-5)
+    np.testing.assert_allclose(metrics[True]["policy_loss"], metrics[False]["policy_loss"], rtol=1e-6)
+    with pytest.raises(ValueError, match="--optimizer must be one of"):
+        make_impala(ImpalaConfig(optimizer="sgd"), spec)
+    with pytest.raises(ValueError, match="--rmsprop-decay must lie in"):
+        make_impala(ImpalaConfig(optimizer="rmsprop", rmsprop_decay=1.0), spec)
