@@ -18,7 +18,7 @@ interval, training and evaluation returns, against env steps or frames and
 against training seconds) to ``docs/results/<suite>-<env>.png``; the page is
 rewritten from every suite's numbers. An entry whose runs are not here (a fresh
 checkout) or not finished keeps the numbers recorded for it, as long as its
-definition (preset, flags, steps, seeds) is unchanged; the page says which
+definition (preset and what it sets, flags, steps, seeds) is unchanged; the page says which
 numbers are from an earlier call. ``--purejaxrl DIR`` trains PureJaxRL's PPO
 beside the entries that name it; without it, the PureJaxRL figures recorded
 last are kept.
@@ -147,8 +147,8 @@ def summarise(entry: Entry, run_dirs: list[str]) -> dict:
     train_seconds = sum(r["time"] for r in last)
     return {
         "name": entry.name, "architecture": entry.architecture, "agent": entry.agent, "env": entry.env,
-        "preset": entry.preset, "flags": list(entry.flags), "seeds": entry.seeds, "steps": entry.steps,
-        "frame_skip": entry.frame_skip,
+        "preset": entry.preset, "preset_settings": preset_settings(entry), "flags": list(entry.flags),
+        "seeds": entry.seeds, "steps": entry.steps, "frame_skip": entry.frame_skip,
         "reference": None if entry.reference is None else {"value": entry.reference.value,
                                                            "source": entry.reference.source},
         "train": _curves(run_dirs, "episode_return", "env_steps"),
@@ -334,8 +334,19 @@ def _interrupted(interrupt: KeyboardInterrupt) -> int:
     return 128 + getattr(signal, name)
 
 
-DEFINING_FIELDS = ("architecture", "agent", "env", "preset", "flags", "seeds", "steps")  # an entry's recorded numbers
-# stand for it while these are unchanged
+DEFINING_FIELDS = ("architecture", "agent", "env", "preset", "preset_settings", "flags", "seeds", "steps")  # an
+# entry's recorded numbers stand for it while these are unchanged
+FINGERPRINT_HOST = (2, 2)  # (devices, cores): a host-dependent preset's settings are compared as fitted to this host
+
+
+def preset_settings(entry: Entry) -> dict:
+    """What ``entry``'s preset sets (a host-dependent one as fitted to :data:`FINGERPRINT_HOST`), JSON-shaped:
+    a preset changed since a run was recorded makes its numbers stale."""
+    from experiments.presets import ANAKIN_PRESETS, SEBULBA_PRESETS
+
+    preset = {"anakin": ANAKIN_PRESETS, "sebulba": SEBULBA_PRESETS}[entry.architecture][entry.preset]
+    settings = preset["fit"](*FINGERPRINT_HOST) if "fit" in preset else preset
+    return json.loads(json.dumps({key: settings[key] for key in settings if key not in ("about", "fit")}))
 
 
 def _recorded(entry: Entry, old: dict) -> dict | None:
@@ -343,7 +354,8 @@ def _recorded(entry: Entry, old: dict) -> dict | None:
     runs: a machine without the run directories (a fresh checkout) keeps the page's finished results."""
     for name, summary in zip(old.get("names", []), old.get("entries", [])):
         if name == entry.name and summary is not None:
-            now = {**dataclasses.asdict(entry), "name": entry.name, "flags": list(entry.flags)}
+            now = {**dataclasses.asdict(entry), "name": entry.name, "flags": list(entry.flags),
+                   "preset_settings": preset_settings(entry)}
             if all(summary.get(field) == now[field] for field in DEFINING_FIELDS):
                 return {**summary, "measured": summary.get("measured", old.get("measured"))}
     return None

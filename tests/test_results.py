@@ -182,7 +182,7 @@ def _fake_summary(entry: Entry, final: float) -> dict:
     curve = {"env_steps": [0, entry.steps], "point": [final, final], "low": [final, final], "high": [final, final],
              "seconds": [0.0, 1.0], "final": {"point": final, "low": final, "high": final, "per_run": [final]}}
     return {"name": entry.name, "architecture": entry.architecture, "agent": entry.agent, "env": entry.env,
-            "preset": entry.preset, "flags": list(entry.flags), "seeds": entry.seeds, "steps": entry.steps,
+            "preset": entry.preset, "preset_settings": results.preset_settings(entry), "flags": list(entry.flags), "seeds": entry.seeds, "steps": entry.steps,
             "frame_skip": entry.frame_skip, "reference": None, "train": curve, "eval": None, "wall_seconds": 1.0,
             "compile_seconds": 1.0, "train_seconds": 1.0, "sps": 1, "runs": entry.seeds, "segments": entry.seeds,
             "measured": "today"}
@@ -199,7 +199,7 @@ def test_only_trains_the_named_entry_and_recorded_numbers_outlive_missing_runs(t
     recorded = [_fake_summary(kept, 0.5), _fake_summary(trained, 0.1), _fake_summary(changed, 0.3)]
     for summary in recorded:
         summary["measured"] = "long ago"
-    recorded[2]["steps"] = 2000  # recorded at another budget: no longer this entry's result
+    recorded[2]["preset_settings"]["agent_config"]["learning_rate"] = 1.0  # its preset has changed since
     (docs / "results" / "tiny.json").write_text(json.dumps(
         {"measured": "long ago", "names": [kept.name, trained.name, changed.name], "entries": recorded, "peers": {}}))
     trained_runs = []
