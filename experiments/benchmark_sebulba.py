@@ -125,8 +125,9 @@ def _train(env_id: str, agent: str, envs_per_thread: int, actor_devices: str, le
     from sebulba.run import train
 
     minibatches = {"num_minibatches": num_minibatches} if num_minibatches else {}
-    agent_config = AGENTS[agent][0](shared_torso=True, torso=torso, max_grad_norm=40.0 if agent == "impala" else 0.5,
-                                    **minibatches)
+    # IMPALA as the paper and Cleanba's IMPALA take it (the atari_impala preset's optimiser and loss scale)
+    paper = {"max_grad_norm": 40.0, "optimizer": "rmsprop", "summed_loss": True} if agent == "impala" else {}
+    agent_config = AGENTS[agent][0](shared_torso=True, torso=torso, **paper, **minibatches)
     per_update = envs_per_thread * rollout_len * actor_threads * len(actor_devices.split(","))
     config = SebulbaConfig(actor_devices=actor_devices, learner_devices=learner_devices, actor_threads=actor_threads,
                            envs_per_thread=envs_per_thread, rollout_len=rollout_len,

@@ -66,6 +66,7 @@ class Suite:
 
 
 GYMNAX_BLINES = "gymnax README, gymnax-blines PPO"
+CLEANBA_IMPALA_PONG = Reference(16, "Cleanba's IMPALA at 10M frames, read off its README's figure")
 SEBULBA_CPU = ("--cpu-devices", "2")  # on a CPU host: one actor device and one learner device (ignored on accelerators)
 
 SUITES: dict[str, Suite] = {
@@ -103,21 +104,26 @@ SUITES: dict[str, Suite] = {
         ),
     ),
     "atari": Suite(
-        about="Pong-v5 on Sebulba: PPO in Cleanba's setting and IMPALA in the paper's, one gradient step per "
-              "batch of 32 envs x 20 steps (3,900 gradient steps in 10M frames: its policy stayed near uniform, entropy "
-              "1.75-1.79 of ln 6 = 1.79, and its greedy evaluations lost every point) and with "
-              "`--num-minibatches 4` as Cleanba's IMPALA takes them; one seed each (a run "
-              "takes hours on 2 CPU cores; `--max-minutes` stops a suite resumably and the next call continues "
-              "it). On a GPU or TPU the learner's conv gradients, which dominate an update here, leave the CPU "
-              "cores to envpool and the actor threads (not measured here).",
+        about="Pong-v5 on Sebulba, one seed each: IMPALA in the paper's setting (RMSProp, epsilon 0.01, on the loss "
+              "summed over the batch; 32 envs x 20 steps) with one gradient step per batch and with "
+              "`--num-minibatches 4` as Cleanba's IMPALA takes them, and PPO in Cleanba's setting. Until 2026-12-03 "
+              "the preset took Adam on the mean loss: with it IMPALA's policy stayed uniform (entropy 1.75-1.79 of "
+              "ln 6 = 1.79) for 10M frames with one minibatch (training return -20.0, greedy evaluation -21) and for "
+              "5M with four (-20.2), where Cleanba's IMPALA passes +15 by about 5M frames (the Pong panel of "
+              "static/cleanba/main_10CPU.png in its repository, 1 GPU). With RMSProp on the summed loss and four "
+              "minibatches it starts to learn at about 4M frames and is still climbing at 10M, about twice as slow "
+              "as Cleanba's curve (which has 4x the environments per batch and the IMPALA ResNet). A run takes "
+              "hours on 2 CPU cores (`--max-minutes` stops a suite resumably and the next call continues it); the "
+              "4-minibatch run was started by hand with the suite's command and settings and then adopted. On a "
+              "GPU or TPU the learner's conv gradients, which dominate an update here, leave the CPU cores to "
+              "envpool and the actor threads (not measured here).",
         entries=(
             # IMPALA first: its learner is the cheaper, so a suite cut short has whole runs
             Entry("sebulba", "atari_impala", "impala", "Pong-v5", 2_500_000, seeds=1, flags=SEBULBA_CPU,
-                  frame_skip=4, evaluations=5,
-                  reference=Reference(18, "Cleanba/CleanRL PPO pass +18 by about 10M frames")),
+                  frame_skip=4, evaluations=5, reference=CLEANBA_IMPALA_PONG),
             Entry("sebulba", "atari_impala", "impala", "Pong-v5", 2_500_000, seeds=1,
                   flags=(*SEBULBA_CPU, "--num-minibatches", "4"), frame_skip=4, evaluations=5, variant="4mb",
-                  reference=Reference(18, "Cleanba/CleanRL PPO pass +18 by about 10M frames")),
+                  reference=CLEANBA_IMPALA_PONG),
             Entry("sebulba", "breakout_ppo", "ppo", "Pong-v5", 2_500_000, seeds=1, flags=SEBULBA_CPU,
                   frame_skip=4, evaluations=5,
                   reference=Reference(18, "Cleanba/CleanRL PPO pass +18 by about 10M frames")),
