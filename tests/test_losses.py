@@ -147,6 +147,19 @@ def test_the_learner_takes_conv_batches_in_slices_with_the_same_result():
     assert make_impala(config, spec) is not None
 
 
+def _uniform_behaviour_trajectory(T: int, B: int) -> Trajectory:
+    """``T`` steps of ``B`` sequences: 6-d observations, 3 actions drawn by a uniform behaviour policy (seeded)."""
+    rng = np.random.default_rng(0)
+    return Trajectory(
+        obs=jnp.asarray(rng.normal(size=(T + 1, B, 6)), jnp.float32),
+        action=jnp.asarray(rng.integers(0, 3, (T, B)), jnp.int32),
+        reward=jnp.asarray(rng.normal(size=(T, B)), jnp.float32),
+        discount=jnp.full((T, B), 0.99, jnp.float32),
+        valid=jnp.ones((T, B), bool),
+        extras={"log_prob": jnp.full((T, B), -np.log(3.0), jnp.float32)},
+    )
+
+
 def test_impala_minibatches_are_gradient_steps_on_shuffled_whole_sequences():
     """``--num-minibatches 2`` on 2 sequences: one gradient step on each sequence, in an order the key draws."""
     import jax
@@ -156,16 +169,8 @@ def test_impala_minibatches_are_gradient_steps_on_shuffled_whole_sequences():
 
     spec = EnvSpec(jax.ShapeDtypeStruct((6,), jnp.float32), Discrete(3))
     one_step, two_steps = (make_impala(ImpalaConfig(num_minibatches=n), spec) for n in (1, 2))
-    rng = np.random.default_rng(0)
     T, B = 5, 2
-    traj = Trajectory(
-        obs=jnp.asarray(rng.normal(size=(T + 1, B, 6)), jnp.float32),
-        action=jnp.asarray(rng.integers(0, 3, (T, B)), jnp.int32),
-        reward=jnp.asarray(rng.normal(size=(T, B)), jnp.float32),
-        discount=jnp.full((T, B), 0.99, jnp.float32),
-        valid=jnp.ones((T, B), bool),
-        extras={"log_prob": jnp.full((T, B), -np.log(3.0), jnp.float32)},
-    )
+    traj = _uniform_behaviour_trajectory(T, B)
     sequence = [jax.tree.map(lambda x, b=b: x[:, b:b + 1], traj) for b in range(B)]
     state = one_step.init(jax.random.key(0))
     learn_one, learn_two = single_replica(one_step.learn), single_replica(two_steps.learn)
@@ -209,16 +214,8 @@ def test_rmsprop_steps_as_pytorch_and_the_summed_loss_is_the_mean_times_the_batc
         nu = 0.9 * nu + 0.1 * np.square(g["w"])
         np.testing.assert_allclose(updates["w"], -0.1 * g["w"] / (np.sqrt(nu) + 0.5), rtol=1e-6)
 
-    rng = np.random.default_rng(0)
     T, B = 5, 4
-    traj = Trajectory(
-        obs=jnp.asarray(rng.normal(size=(T + 1, B, 6)), jnp.float32),
-        action=jnp.asarray(rng.integers(0, 3, (T, B)), jnp.int32),
-        reward=jnp.asarray(rng.normal(size=(T, B)), jnp.float32),
-        discount=jnp.full((T, B), 0.99, jnp.float32),
-        valid=jnp.ones((T, B), bool),
-        extras={"log_prob": jnp.full((T, B), -np.log(3.0), jnp.float32)},
-    )
+    traj = _uniform_behaviour_trajectory(T, B)
     metrics = {}
     for summed in (False, True):
         agent = make_impala(ImpalaConfig(summed_loss=summed, max_grad_norm=1e9), spec)
