@@ -121,13 +121,14 @@ def _train(env_id: str, agent: str, envs_per_thread: int, actor_devices: str, le
     """A complete Sebulba run of ``updates`` updates; rates over the updates after the first two (warm-up).
     ``num_minibatches``: the agent's (0: its default)."""
     from agents import AGENTS
+    from experiments.presets import SEBULBA_PRESETS
     from sebulba.config import SebulbaConfig
     from sebulba.run import train
 
     minibatches = {"num_minibatches": num_minibatches} if num_minibatches else {}
-    # IMPALA as the paper and Cleanba's IMPALA take it (the atari_impala preset's optimiser and loss scale)
-    paper = {"max_grad_norm": 40.0, "optimizer": "rmsprop", "summed_loss": True} if agent == "impala" else {}
-    agent_config = AGENTS[agent][0](shared_torso=True, torso=torso, **paper, **minibatches)
+    # IMPALA as the atari_impala preset takes it (the paper's and Cleanba's optimiser and loss scale)
+    paper = SEBULBA_PRESETS["atari_impala"]["fit"](2, 2)["agent_config"] if agent == "impala" else {}
+    agent_config = AGENTS[agent][0](**{"shared_torso": True, **paper, "torso": torso, **minibatches})
     per_update = envs_per_thread * rollout_len * actor_threads * len(actor_devices.split(","))
     config = SebulbaConfig(actor_devices=actor_devices, learner_devices=learner_devices, actor_threads=actor_threads,
                            envs_per_thread=envs_per_thread, rollout_len=rollout_len,
