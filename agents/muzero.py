@@ -26,7 +26,7 @@ import optax
 import rlax
 
 from agents.muzero_networks import MuZeroMLP, MuZeroResNet
-from agents.sgd import resolve_unroll
+from agents.sgd import minibatch_loop, resolve_unroll
 from agents.replay import Replay, can_sample, replay_add, replay_init, replay_sample, update_priorities
 from podracer.config import check_knobs, flag_name, knob
 from podracer.parallel import masked_mean, mean_over_replicas, replica_count, replica_index
@@ -350,8 +350,8 @@ def make_muzero(config: MuZeroConfig, spec: EnvSpec, shape: BatchShape = BatchSh
             return carry, {**metrics, "loss": total, "grad_norm": optax.tree.norm(grads)}
 
         carry = (state.params, state.target_params, state.opt_state, replay, state.steps)
-        (params, target, opt_state, replay, steps), metrics = jax.lax.scan(
-            sgd_step, carry, jax.random.split(key, gradient_steps), unroll=unroll)
+        (params, target, opt_state, replay, steps), metrics = minibatch_loop(
+            sgd_step, carry, jax.random.split(key, gradient_steps), unroll)
         metrics = jax.tree.map(jnp.mean, metrics)
         metrics["replay_ready"] = ready.astype(jnp.float32)
         return MuZeroState(params, target, opt_state, replay, state.update + 1, steps), metrics
