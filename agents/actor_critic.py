@@ -155,11 +155,16 @@ def _observe(moments: RunningMoments | tuple, obs: jax.Array) -> jax.Array:
     return normalization.normalize(moments, obs) if isinstance(moments, RunningMoments) else obs
 
 
-def make_act(parts: ActorCriticParts):
-    """Samples from the policy: actions ``[B, ...]``, extras with the behaviour log-probability ``[B]``."""
+def make_act(parts: ActorCriticParts, with_value: bool = False):
+    """Samples from the policy: actions ``[B, ...]``, extras with the behaviour log-probability ``[B]`` and,
+    ``with_value``, the state values ``[B]`` (one more dense head when the torso is shared)."""
 
     def act(params: ActingParams, obs: jax.Array, key: jax.Array):
-        return parts.policy.sample(_policy_out(parts, params, obs), key)
+        if not with_value:
+            return parts.policy.sample(_policy_out(parts, params, obs), key)
+        policy_out, value = parts.network.apply(params.network, _observe(params.obs_moments, obs))
+        action, extras = parts.policy.sample(policy_out, key)
+        return action, {**extras, "value": value}
 
     return act
 

@@ -1,4 +1,7 @@
-"""PPO: clipped surrogate objective, GAE, epochs x minibatches, entropy bonus, value clipping."""
+"""PPO: clipped surrogate objective, GAE, epochs x minibatches, entropy bonus, value clipping.
+
+With a shared torso, GAE takes the values the actors computed beside the policy (the behaviour values).
+"""
 
 from __future__ import annotations
 
@@ -80,6 +83,10 @@ def make_ppo(config: PPOConfig, spec: EnvSpec, shape: BatchShape = BatchShape())
     parts = actor_critic.build(config, spec, steps)
     policy = parts.policy
     unroll = resolve_unroll(config.minibatch_loop, parts.has_conv)
+    # With one torso for policy and value, acting computes the values too for a dense head more, and the
+    # learner is spared a forward pass over the batch (as CleanRL's and Cleanba's PPO keep the rollout's
+    # values); with two torsos the critic's would double the actors' work, so the learner computes them.
+    acting_values = config.shared_torso
 
     def minibatch_loss(params, mb):
         policy_out, values = actor_critic.apply_network(parts, params, mb["obs"])
@@ -102,8 +109,12 @@ def make_ppo(config: PPOConfig, spec: EnvSpec, shape: BatchShape = BatchShape())
                 "(anakin: --num-envs; sebulba: --envs-per-thread) or --rollout-len"
             )
         state, traj = actor_critic.prepare_batch(parts, state, traj)
-        values = actor_critic.time_major(
-            lambda obs: actor_critic.apply_network(parts, state.params, obs, ActorCritic.value))(traj.obs)
+        if acting_values:  # the actors' values of obs[:-1]; only the bootstrap observation's is computed here
+            bootstrap = actor_critic.apply_network(parts, state.params, traj.obs[-1], ActorCritic.value)
+            values = jnp.concatenate([traj.extras["value"], bootstrap[None]])
+        else:
+            values = actor_critic.time_major(
+                lambda obs: actor_critic.apply_network(parts, state.params, obs, ActorCritic.value))(traj.obs)
         advantage = generalized_advantages(
             traj.reward, traj.discount, traj.valid, values, config.gamma, config.gae_lambda
         )
@@ -126,7 +137,7 @@ def make_ppo(config: PPOConfig, spec: EnvSpec, shape: BatchShape = BatchShape())
     return Agent(
         init=actor_critic.make_init(parts, spec),
         actor_params=actor_critic.actor_params,
-        act=actor_critic.make_act(parts),
+        act=actor_critic.make_act(parts, with_value=acting_values),
         learn=learn,
         act_greedy=actor_critic.make_act_greedy(parts),
     )

@@ -160,6 +160,42 @@ def _uniform_behaviour_trajectory(T: int, B: int) -> Trajectory:
     )
 
 
+def test_ppo_with_a_shared_torso_learns_from_the_values_its_actors_computed():
+    """With one torso the actors' extras carry the values (as CleanRL's rollouts keep them) and the learner takes
+    them, computing only the bootstrap value; with two torsos acting runs the actor's torso alone."""
+    import jax
+
+    from agents import actor_critic, make_ppo
+    from agents.networks import ActorCritic
+    from agents.returns import generalized_advantages
+    from podracer.types import Discrete, EnvSpec
+
+    spec = EnvSpec(jax.ShapeDtypeStruct((6,), jnp.float32), Discrete(3))
+    config = PPOConfig(shared_torso=True, num_epochs=1, num_minibatches=1, normalize_advantages=False)
+    agent = make_ppo(config, spec)
+    T, B = 5, 4
+    traj = _uniform_behaviour_trajectory(T, B)
+    state = agent.init(jax.random.key(0))
+    params = agent.actor_params(state)
+    acted = [agent.act(params, obs, jax.random.key(t)) for t, obs in enumerate(traj.obs[:-1])]
+    extras = jax.tree.map(lambda *steps: jnp.stack(steps), *[extras for _, extras in acted])
+    traj = traj._replace(action=jnp.stack([action for action, _ in acted]), extras=extras)
+    network = actor_critic.build(config, spec, None).network
+    values = network.apply(state.params, traj.obs.reshape(-1, 6), method=ActorCritic.value).reshape(T + 1, B)
+    np.testing.assert_allclose(extras["value"], values[:-1], rtol=1e-5, atol=1e-6)
+    target = generalized_advantages(traj.reward, traj.discount, traj.valid, values, config.gamma,
+                                    config.gae_lambda) + values[:-1]
+    learn = single_replica(agent.learn)
+    metrics = learn(state, traj, jax.random.key(1))[1]
+    np.testing.assert_allclose(metrics["value_loss"], 0.5 * jnp.mean(jnp.square(values[:-1] - target)), rtol=1e-5)
+    shifted = traj._replace(extras={**extras, "value": extras["value"] + 1.0})  # the learner reads these
+    assert not np.isclose(learn(state, shifted, jax.random.key(1))[1]["value_loss"], metrics["value_loss"])
+    two_torsos = make_ppo(dataclasses.replace(config, shared_torso=False), spec)
+    _, two_torso_extras = two_torsos.act(two_torsos.actor_params(two_torsos.init(jax.random.key(0))), traj.obs[0],
+                                         jax.random.key(0))
+    assert set(two_torso_extras) == {"log_prob"}
+
+
 def test_impala_minibatches_are_gradient_steps_on_shuffled_whole_sequences():
     """``--num-minibatches 2`` on 2 sequences: one gradient step on each sequence, in an order the key draws."""
     import jax
