@@ -61,7 +61,7 @@ def anakin_mesh(devices, lanes: int) -> Mesh:
     return device_mesh(devices, lane_axis=lanes == 1)
 
 
-def _rollout(agent: Agent, env, rollout_len: int, params, env_state, obs, key):
+def rollout(agent: Agent, env, rollout_len: int, params, env_state, obs, key):
     """``rollout_len`` steps of acting and stepping the ``[B]`` environments; returns the state to go on
     from, the :class:`Trajectory` (``obs [T + 1, B, ...]``) and the ``[T, B]`` episode statistics."""
 
@@ -82,7 +82,7 @@ def _lane_update(agent: Agent, env, rollout_len: int, runner: RunnerState):
     act_key, rollout_key = jax.random.split(runner.act_key)
     learn_key, update_key = jax.random.split(runner.learn_key)
     params = agent.actor_params(runner.learner)
-    env_state, obs, traj, episodes = _rollout(agent, env, rollout_len, params, runner.env_state, runner.obs,
+    env_state, obs, traj, episodes = rollout(agent, env, rollout_len, params, runner.env_state, runner.obs,
                                               rollout_key)
     learner, metrics = agent.learn(runner.learner, traj, update_key)
     runner = RunnerState(learner, env_state, obs, act_key, learn_key)

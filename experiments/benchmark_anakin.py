@@ -41,6 +41,9 @@ SWEEP_ENVS = (4, 16, 64, 256, 1024, 4096)
 SWEEP_DEVICES = (1, 2, 8)
 ACCELERATOR_ENVS = (1024, 8192, 65536)  # --accelerator: over every device of the host (devices 0 = all)
 ROLLOUT_LEN = 128
+PARTS_ENVS = (4, 64)  # where an update's time goes, at PureJaxRL's batch and the 64-env one
+PARTS_CALLS = 50
+MATMUL = 1024
 SWEEP_STEPS = 1_000_000  # per measurement, rounded up to whole updates (at least two)
 PUREJAXRL_CARTPOLE = {  # the `__main__` config of purejaxrl/ppo.py, with DEBUG off
     "LR": 2.5e-4, "NUM_STEPS": ROLLOUT_LEN, "UPDATE_EPOCHS": 4, "NUM_MINIBATCHES": 4, "GAMMA": 0.99,
@@ -73,6 +76,51 @@ def worker(args) -> None:
         "compile_s": round(result.compile_seconds, 2), "train_s": round(result.train_seconds, 3),
         "sps": round(result.env_steps / result.train_seconds), "backend": jax.default_backend(),
         "final_return": result.records[-1]["episode_return"],
+    }), flush=True)
+
+
+def parts_worker(args) -> None:
+    """Where an update's time goes at ``--num-envs``, in this process: the rollout (PPO acting and CartPole, one
+    jitted call) and ``Agent.learn`` on its trajectory, each timed alone; the learner's arithmetic rate (XLA's
+    flop count of the compiled learn over its time) beside a ``MATMUL`` x ``MATMUL`` float32 matmul's on the same
+    device. Prints one BENCH line."""
+    import jax
+    import jax.numpy as jnp
+
+    import envs
+    from agents import PPOConfig, make_ppo
+    from anakin.program import rollout
+    from podracer.parallel import single_replica
+    from podracer.types import BatchShape
+
+    env = envs.make("cartpole")
+    agent = make_ppo(PPOConfig(), env.spec, BatchShape(100, ROLLOUT_LEN, args.num_envs))
+    state = agent.init(jax.random.key(0))
+    env_state, obs = jax.vmap(env.reset)(jax.random.split(jax.random.key(1), args.num_envs))
+    act = jax.jit(lambda state, env_state, obs, key: rollout(agent, env, ROLLOUT_LEN, agent.actor_params(state),
+                                                             env_state, obs, key))
+    learn = jax.jit(single_replica(agent.learn))
+    a, b = jnp.ones((MATMUL, MATMUL)), jnp.ones((MATMUL, MATMUL))
+    matmul = jax.jit(jnp.matmul)
+
+    def seconds(fn, *call_args, calls=PARTS_CALLS):
+        jax.block_until_ready(fn(*call_args))
+        start = time.perf_counter()
+        for _ in range(calls):
+            out = fn(*call_args)
+        jax.block_until_ready(out)
+        return (time.perf_counter() - start) / calls
+
+    _, _, traj, _ = act(state, env_state, obs, jax.random.key(2))
+    rollout_s = seconds(act, state, env_state, obs, jax.random.key(2))
+    learn_s = seconds(learn, state, traj, jax.random.key(3))
+    flops = learn.lower(state, traj, jax.random.key(3)).compile().cost_analysis()
+    flops = (flops[0] if isinstance(flops, list) else flops)["flops"]
+    matmul_s = seconds(matmul, a, b, calls=10)
+    print("BENCH " + json.dumps({
+        "mode": "parts", "num_envs": args.num_envs, "rollout_ms": 1e3 * rollout_s, "learn_ms": 1e3 * learn_s,
+        "learn_gflops": flops / learn_s / 1e9, "matmul_gflops": 2 * MATMUL**3 / matmul_s / 1e9,
+        "gradient_steps": PPOConfig().num_epochs * PPOConfig().num_minibatches,
     }), flush=True)
 
 
@@ -113,6 +161,13 @@ def measure(mode: str, devices: int, num_envs: int, total: int, python: str = sy
     raise RuntimeError(f"measurement {mode}/{devices}/{num_envs} failed:\n{out.stderr[-3000:]}")
 
 
+def _purejaxrl_path(checkout: str) -> str:
+    """PYTHONPATH for a PureJaxRL checkout: its root (``purejaxrl.ppo``) and its package folder, from which newer
+    versions of ``ppo.py`` import ``wrappers`` as a top-level module."""
+    root = os.path.abspath(checkout)
+    return os.pathsep.join([root, os.path.join(root, "purejaxrl")])
+
+
 def machine() -> str:
     import jax
 
@@ -151,13 +206,13 @@ def main() -> None:
     parser.add_argument("--purejaxrl-python", metavar="PY", default=sys.executable,
                         help="the Python that runs PureJaxRL (default: this one)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--mode", choices=("train", "env", "purejaxrl"), default="train", help=argparse.SUPPRESS)
+    parser.add_argument("--mode", choices=("train", "env", "purejaxrl", "parts"), default="train", help=argparse.SUPPRESS)
     parser.add_argument("--devices", type=int, default=1, help=argparse.SUPPRESS)
     parser.add_argument("--num-envs", type=int, default=4, help=argparse.SUPPRESS)
     parser.add_argument("--total", type=int, default=SWEEP_STEPS, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        return purejaxrl_worker(args) if args.mode == "purejaxrl" else worker(args)
+        return {"purejaxrl": purejaxrl_worker, "parts": parts_worker}.get(args.mode, worker)(args)
     if args.accelerator:
         bench_process.refuse_cpu_only_host(parser)
     if args.purejaxrl and not os.path.isfile(os.path.join(args.purejaxrl, "purejaxrl", "ppo.py")):
@@ -170,9 +225,11 @@ def main() -> None:
         for _ in range(repeats):  # alternating, so that both see the same drift of the machine
             if args.purejaxrl:
                 references.append(measure("purejaxrl", 1, case["num_envs"], case["total"],
-                                          args.purejaxrl_python, os.path.abspath(args.purejaxrl)))
+                                          args.purejaxrl_python, _purejaxrl_path(args.purejaxrl)))
             runs.append(measure("train", 1, case["num_envs"], case["total"]))
         headline_rows.append((case, runs, references))
+
+    parts = [] if args.accelerator else [measure("parts", 1, num_envs, SWEEP_STEPS) for num_envs in PARTS_ENVS]
 
     envs_list = (4, 64, 1024) if args.quick else SWEEP_ENVS
     devices_list = (1, 2) if args.quick else SWEEP_DEVICES
@@ -222,6 +279,19 @@ def main() -> None:
             f"| {case['name']} | {median:,.0f} | {_listed(runs)} | {_median_compile(runs):.1f} | "
             f"{_final_return(runs)} | {reference_cells} | {median / reference:.2f}x |"
         )
+    if parts:
+        lines += [
+            "",
+            "Where an update's time goes (1 device, each part jitted and timed alone over "
+            f"{PARTS_CALLS} calls): the rollout ({ROLLOUT_LEN} steps of PPO acting and CartPole) and `Agent.learn` "
+            "on its trajectory; the learner's arithmetic rate is XLA's flop count of the compiled learn over its "
+            f"time, beside a {MATMUL} x {MATMUL} float32 matmul's on the same device.",
+            "",
+            "| envs | rollout ms | learn ms | gradient steps | learn GFLOP/s | matmul GFLOP/s |",
+            "|---|---|---|---|---|---|",
+        ]
+        lines += [f"| {r['num_envs']} | {r['rollout_ms']:.2f} | {r['learn_ms']:.2f} | {r['gradient_steps']} | "
+                  f"{r['learn_gflops']:.1f} | {r['matmul_gflops']:.0f} |" for r in parts]
     lines += [
         "",
         "## Batch-size curve",

@@ -88,3 +88,12 @@ def test_the_actors_row_has_inference_alone_and_the_call_floor():
     actors_row = next(line for line in lines if line.startswith("| CartPole-v1 | 1 x 8 |"))
     assert actors_row.endswith(f"| {row['inference_alone_us']:,.0f} / {row['call_floor_us']:,.0f} |")
     assert "| 50% |" in actors_row
+
+
+def test_the_anakin_parts_measurement_times_the_rollout_and_the_learner_apart():
+    from experiments import benchmark_anakin
+
+    row = benchmark_anakin.measure("parts", 1, 4, benchmark_anakin.SWEEP_STEPS)  # a fresh process, as the script
+    assert row["num_envs"] == 4 and row["gradient_steps"] == 16
+    assert row["rollout_ms"] > 0 and row["learn_ms"] > 0
+    assert row["learn_gflops"] > 0 and row["matmul_gflops"] > 0
