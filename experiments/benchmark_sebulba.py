@@ -319,19 +319,22 @@ def report_lines(accelerator: bool, raw_rows: list[dict], actor_rows: list[dict]
             "4 epochs x 4 minibatches in both. Cleanba is",
             f"patched to run here (`experiments/peer_cleanba.py`). Steady state: updates 3 to {PEER_UPDATES} of each run;",
             "compile is podracer's compilation, start-up Cleanba's process start to the end of its first update.",
+            "Learner busy: the share of podracer's run its learner spent in updates; where it is near 100% the",
+            "learner's gradient steps (XLA:CPU's conv gradients, the same compiler for both) bound the rate.",
             "",
             "| agent | envs x steps | podracer agent steps/s | Cleanba agent steps/s | ratio | s per update (podracer / "
-            "Cleanba) | podracer compile s | Cleanba start-up s |",
-            "|---|---|---|---|---|---|---|---|",
+            "Cleanba) | podracer learner busy | podracer compile s | Cleanba start-up s |",
+            "|---|---|---|---|---|---|---|---|---|",
         ]
         for ours, theirs in peer_rows:
             shape = f"| {ours['agent']} | {ours['envs_per_thread']} x {ours['rollout_len']} | {ours['sps']:,.1f} |"
+            busy = f"{ours['timings'].get('learner_update', 0) / max(ours['train_s'], 1e-9):.0%}"
             if "failed" in theirs:
-                lines.append(f"{shape} failed: {theirs['failed']} | - | {ours['update_s']:.1f} / - | "
+                lines.append(f"{shape} failed: {theirs['failed']} | - | {ours['update_s']:.1f} / - | {busy} | "
                              f"{ours['compile_s']:.1f} | - |")
                 continue
             lines.append(f"{shape} {theirs['sps']:,.1f} | {ours['sps'] / theirs['sps']:.2f}x | {ours['update_s']:.1f} / "
-                         f"{theirs['update_s']:.1f} | {ours['compile_s']:.1f} | {theirs['startup_s']:.1f} |")
+                         f"{theirs['update_s']:.1f} | {busy} | {ours['compile_s']:.1f} | {theirs['startup_s']:.1f} |")
     return lines
 
 

@@ -97,3 +97,14 @@ def test_the_anakin_parts_measurement_times_the_rollout_and_the_learner_apart():
     assert row["num_envs"] == 4 and row["gradient_steps"] == 16
     assert row["rollout_ms"] > 0 and row["learn_ms"] > 0
     assert row["learn_gflops"] > 0 and row["matmul_gflops"] > 0
+
+
+def test_the_cleanba_row_has_the_ratio_and_podracers_learner_busy_share():
+    from experiments import benchmark_sebulba
+
+    ours = {"agent": "ppo", "envs_per_thread": 16, "rollout_len": 32, "sps": 40.0, "update_s": 12.8,
+            "timings": {"learner_update": 90.0}, "train_s": 100.0, "compile_s": 30.0}
+    theirs = {"sps": 32.0, "update_s": 16.0, "startup_s": 70.0}
+    raw = {"env_id": "CartPole-v1", "num_envs": 8, "batch_size": 8, "threads": 1, "sps": 1000.0}
+    lines = benchmark_sebulba.report_lines(False, [raw], [], [], [(ours, theirs)])
+    assert "| ppo | 16 x 32 | 40.0 | 32.0 | 1.25x | 12.8 / 16.0 | 90% | 30.0 | 70.0 |" in lines
