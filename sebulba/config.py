@@ -113,7 +113,9 @@ def resolve_env_batches(config: SebulbaConfig, env_id: str, topo: Topology) -> S
     pays where a step is slow: on Breakout-v5 (32 envs per thread, 2 cores) 1,458
     agent steps/s in 2 batches against 1,317 in one. Where a step is cheap, the
     second inference call costs more than it hides: CartPole-v1 at 64 envs, 117K
-    steps/s in one batch against 96K in two (``experiments/benchmark_sebulba.py``).
+    steps/s in one batch against 96K in two (``experiments/benchmark_sebulba.py``);
+    with the actors' rbg keys (cheaper inference), three alternated runs each gave
+    51.7K (one) vs 49.1K (two) at 16 envs and 162K vs 172K at 64: no clear winner.
     Two only where they split the envs evenly for every learner device.
     """
     if config.env_batches:
