@@ -168,6 +168,19 @@ def _purejaxrl_path(checkout: str) -> str:
     return os.pathsep.join([root, os.path.join(root, "purejaxrl")])
 
 
+def _checkout_name(checkout: str) -> str:
+    """The checkout's git commit where it is a git checkout, else its path."""
+    out = subprocess.run(["git", "-C", checkout, "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                         check=False)
+    return f"luchris429/purejaxrl at {out.stdout.strip()}" if out.returncode == 0 else f"the copy at `{checkout}`"
+
+
+def _python_jax(python: str) -> str:
+    out = subprocess.run([python, "-c", "import jax; print(jax.__version__)"], capture_output=True, text=True,
+                         check=False)
+    return out.stdout.strip() or "unknown"
+
+
 def machine() -> str:
     import jax
 
@@ -279,6 +292,9 @@ def main() -> None:
             f"| {case['name']} | {median:,.0f} | {_listed(runs)} | {_median_compile(runs):.1f} | "
             f"{_final_return(runs)} | {reference_cells} | {median / reference:.2f}x |"
         )
+    if args.purejaxrl:
+        lines += ["", f"PureJaxRL here: `purejaxrl/ppo.py` from {_checkout_name(args.purejaxrl)}, unmodified, run by "
+                  f"`--purejaxrl-python` (jax {_python_jax(args.purejaxrl_python)})."]
     if parts:
         lines += [
             "",
@@ -287,11 +303,17 @@ def main() -> None:
             "on its trajectory; the learner's arithmetic rate is XLA's flop count of the compiled learn over its "
             f"time, beside a {MATMUL} x {MATMUL} float32 matmul's on the same device.",
             "",
-            "| envs | rollout ms | learn ms | gradient steps | learn GFLOP/s | matmul GFLOP/s |",
-            "|---|---|---|---|---|---|",
+            "| envs | rollout ms | learn ms | gradient steps | learn us per gradient step | learn GFLOP/s | "
+            "matmul GFLOP/s |",
+            "|---|---|---|---|---|---|---|",
         ]
         lines += [f"| {r['num_envs']} | {r['rollout_ms']:.2f} | {r['learn_ms']:.2f} | {r['gradient_steps']} | "
-                  f"{r['learn_gflops']:.1f} | {r['matmul_gflops']:.0f} |" for r in parts]
+                  f"{1e3 * r['learn_ms'] / r['gradient_steps']:,.0f} | {r['learn_gflops']:.1f} | "
+                  f"{r['matmul_gflops']:.0f} |" for r in parts]
+        lines += ["", " ".join(
+            f"At {r['num_envs']} envs the learner is {r['learn_ms'] / (r['learn_ms'] + r['rollout_ms']):.0%} of an "
+            f"update and its arithmetic runs at {r['learn_gflops'] / r['matmul_gflops']:.1%} of the matmul's rate."
+            for r in parts)]
     lines += [
         "",
         "## Batch-size curve",
