@@ -268,7 +268,7 @@ def report_lines(accelerator: bool, raw_rows: list[dict], actor_rows: list[dict]
         "Sebulba with a learner that learns nothing but still takes every trajectory and publishes parameters",
         "after each update; the first two rollouts (compilation, warm-up) are left out.",
         "",
-        "| env | envpool batches x envs | agent steps/s | of raw envpool (as many envs) | "
+        "| env | envpool batches x envs | agent steps/s | of raw envpool (as many envs; aim 80%) | "
         "env step / inference / transfer, s | per batch step: wall / env step / inference, us | "
         "inference alone / call floor, us |",
         "|---|---|---|---|---|---|---|",
@@ -322,8 +322,8 @@ def report_lines(accelerator: bool, raw_rows: list[dict], actor_rows: list[dict]
             "Learner busy: the share of podracer's run its learner spent in updates; where it is near 100% the",
             "learner's gradient steps (XLA:CPU's conv gradients, the same compiler for both) bound the rate.",
             "",
-            "| agent | envs x steps | podracer agent steps/s | Cleanba agent steps/s | ratio | s per update (podracer / "
-            "Cleanba) | podracer learner busy | podracer compile s | Cleanba start-up s |",
+            "| agent | envs x steps | podracer agent steps/s | Cleanba agent steps/s | ratio (aim 1.2x) | "
+            "s per update (podracer / Cleanba) | podracer learner busy | podracer compile s | Cleanba start-up s |",
             "|---|---|---|---|---|---|---|---|---|",
         ]
         for ours, theirs in peer_rows:
