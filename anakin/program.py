@@ -83,7 +83,7 @@ def _lane_update(agent: Agent, env, rollout_len: int, runner: RunnerState):
     learn_key, update_key = jax.random.split(runner.learn_key)
     params = agent.actor_params(runner.learner)
     env_state, obs, traj, episodes = rollout(agent, env, rollout_len, params, runner.env_state, runner.obs,
-                                              rollout_key)
+                                             rollout_key)
     learner, metrics = agent.learn(runner.learner, traj, update_key)
     runner = RunnerState(learner, env_state, obs, act_key, learn_key)
     return runner, mean_over_replicas(metrics), sum_over_replicas(episodes.ended_sums())

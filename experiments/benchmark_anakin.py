@@ -94,11 +94,12 @@ def parts_worker(args) -> None:
     from podracer.types import BatchShape
 
     env = envs.make("cartpole")
-    agent = make_ppo(PPOConfig(), env.spec, BatchShape(100, ROLLOUT_LEN, args.num_envs))
+    config = PPOConfig()
+    agent = make_ppo(config, env.spec, BatchShape(100, ROLLOUT_LEN, args.num_envs))
     state = agent.init(jax.random.key(0))
     env_state, obs = jax.vmap(env.reset)(jax.random.split(jax.random.key(1), args.num_envs))
-    act = jax.jit(lambda state, env_state, obs, key: rollout(agent, env, ROLLOUT_LEN, agent.actor_params(state),
-                                                             env_state, obs, key))
+    run_rollout = jax.jit(lambda state, env_state, obs, key: rollout(
+        agent, env, ROLLOUT_LEN, agent.actor_params(state), env_state, obs, key))
     learn = jax.jit(single_replica(agent.learn))
     a, b = jnp.ones((MATMUL, MATMUL)), jnp.ones((MATMUL, MATMUL))
     matmul = jax.jit(jnp.matmul)
@@ -111,8 +112,8 @@ def parts_worker(args) -> None:
         jax.block_until_ready(out)
         return (time.perf_counter() - start) / calls
 
-    _, _, traj, _ = act(state, env_state, obs, jax.random.key(2))
-    rollout_s = seconds(act, state, env_state, obs, jax.random.key(2))
+    _, _, traj, _ = run_rollout(state, env_state, obs, jax.random.key(2))
+    rollout_s = seconds(run_rollout, state, env_state, obs, jax.random.key(2))
     learn_s = seconds(learn, state, traj, jax.random.key(3))
     flops = learn.lower(state, traj, jax.random.key(3)).compile().cost_analysis()
     flops = (flops[0] if isinstance(flops, list) else flops)["flops"]
@@ -120,7 +121,7 @@ def parts_worker(args) -> None:
     print("BENCH " + json.dumps({
         "mode": "parts", "num_envs": args.num_envs, "rollout_ms": 1e3 * rollout_s, "learn_ms": 1e3 * learn_s,
         "learn_gflops": flops / learn_s / 1e9, "matmul_gflops": 2 * MATMUL**3 / matmul_s / 1e9,
-        "gradient_steps": PPOConfig().num_epochs * PPOConfig().num_minibatches,
+        "gradient_steps": config.num_epochs * config.num_minibatches,
     }), flush=True)
 
 

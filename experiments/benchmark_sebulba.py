@@ -241,6 +241,11 @@ def main() -> None:
     bench_process.report(report_lines(args.accelerator, raw_rows, actor_rows, train_rows, peer_rows), args.out)
 
 
+def _learner_busy(row: dict) -> float:
+    """The share of a training run's time its learner spent in updates."""
+    return row["timings"].get("learner_update", 0) / max(row["train_s"], 1e-9)
+
+
 def report_lines(accelerator: bool, raw_rows: list[dict], actor_rows: list[dict], train_rows: list[dict],
                  peer_rows: list[tuple[dict, dict]]) -> list[str]:
     """The markdown section from the measurements' BENCH dicts (``peer_rows``: podracer's and Cleanba's)."""
@@ -303,7 +308,7 @@ def report_lines(accelerator: bool, raw_rows: list[dict], actor_rows: list[dict]
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in train_rows:
-        busy = r["timings"].get("learner_update", 0) / max(r["train_s"], 1e-9)
+        busy = _learner_busy(r)
         lines.append(f"| {r['agent']} | {r['actor_devices']} | {r['learner_devices']} | {r['actor_threads']} | "
                      f"{r['envs_per_thread']} | {r['sps']:,.1f} | {r['fps']:,.0f} | {busy:.0%} | {r['compile_s']:.1f} |")
     lines += ["", "## Beside Cleanba at equal network and batch", ""]
@@ -328,7 +333,7 @@ def report_lines(accelerator: bool, raw_rows: list[dict], actor_rows: list[dict]
         ]
         for ours, theirs in peer_rows:
             shape = f"| {ours['agent']} | {ours['envs_per_thread']} x {ours['rollout_len']} | {ours['sps']:,.1f} |"
-            busy = f"{ours['timings'].get('learner_update', 0) / max(ours['train_s'], 1e-9):.0%}"
+            busy = f"{_learner_busy(ours):.0%}"
             if "failed" in theirs:
                 lines.append(f"{shape} failed: {theirs['failed']} | - | {ours['update_s']:.1f} / - | {busy} | "
                              f"{ours['compile_s']:.1f} | - |")
