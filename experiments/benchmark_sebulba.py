@@ -30,7 +30,8 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from experiments import bench_process  # noqa: E402
 CLASSIC, ATARI = "CartPole-v1", ("Breakout-v5", "Pong-v5")
-PEER_UPDATES = 6  # learner updates per run beside Cleanba: 2 to warm up, 4 timed
+# learner updates per run beside Cleanba: 2 to warm up, the rest timed (PPO's updates are 3-8x longer)
+PEER_UPDATES = {"impala": 6, "ppo": 4}
 CLEANBA_MINIBATCHES = 4  # Cleanba's default for both agents (PPO: per epoch, 4 epochs; IMPALA: one pass)
 
 
@@ -181,10 +182,11 @@ def cpu_plan(quick: bool) -> tuple[list[dict], list[dict], list[dict]]:
 def cleanba_plan(quick: bool) -> list[dict]:
     """Sebulba beside Cleanba with Cleanba's network (IMPALA ResNet, one torso for policy and value) on
     Breakout-v5, 1 actor thread on device 0, the learner on device 1: IMPALA over the paper's Figure 4b
-    actor batches (rollout 20), and PPO at the ``breakout_ppo`` preset's 16 envs x 32 steps."""
+    actor batches (rollout 20), and PPO at the ``breakout_ppo`` preset's 16 envs and over the same batches
+    (rollout 32)."""
     batches = (32, 128) if quick else (32, 64, 128)
     return ([dict(agent="impala", envs_per_thread=batch, rollout_len=20) for batch in batches]
-            + [dict(agent="ppo", envs_per_thread=16, rollout_len=32)])
+            + [dict(agent="ppo", envs_per_thread=batch, rollout_len=32) for batch in (16, *batches)])
 
 
 def accelerator_plan() -> tuple[list[dict], list[dict], list[dict]]:
@@ -228,10 +230,11 @@ def main() -> None:
     train_rows = [measure("train", **spec) for spec in train_plan]
     peer_rows = []
     for spec in cleanba_plan(args.quick) if cleanba_scripts else []:
+        updates = PEER_UPDATES[spec["agent"]]
         ours = measure("train", env_id=ATARI[0], actor_devices="0", learner_devices="1", actor_threads=1,
-                       updates=PEER_UPDATES, torso="impala_resnet", num_minibatches=CLEANBA_MINIBATCHES, **spec)
+                       updates=updates, torso="impala_resnet", num_minibatches=CLEANBA_MINIBATCHES, **spec)
         try:
-            theirs = _cleanba(cleanba_scripts[f"cleanba_{spec['agent']}.py"], updates=PEER_UPDATES,
+            theirs = _cleanba(cleanba_scripts[f"cleanba_{spec['agent']}.py"], updates=updates,
                               python=args.cleanba_python, **spec)
         except RuntimeError as error:  # the table still comes out, saying which Cleanba run failed
             print(error, file=sys.stderr)
@@ -322,7 +325,8 @@ def report_lines(accelerator: bool, raw_rows: list[dict], actor_rows: list[dict]
             "sticky actions and the full action set; IMPALA takes RMSProp on the summed loss and 4 minibatch steps",
             "per batch in both (podracer's `--optimizer rmsprop --summed-loss --num-minibatches 4`), PPO Adam and",
             "4 epochs x 4 minibatches in both. Cleanba is",
-            f"patched to run here (`experiments/peer_cleanba.py`). Steady state: updates 3 to {PEER_UPDATES} of each run;",
+            "patched to run here (`experiments/peer_cleanba.py`). Steady state: updates 3 to "
+            f"{PEER_UPDATES['impala']} of each IMPALA run, 3 to {PEER_UPDATES['ppo']} of each PPO run;",
             "compile is podracer's compilation, start-up Cleanba's process start to the end of its first update.",
             "Learner busy: the share of podracer's run its learner spent in updates; where it is near 100% the",
             "learner's gradient steps (XLA:CPU's conv gradients, the same compiler for both) bound the rate.",
