@@ -24,6 +24,7 @@ envpool, compilation).
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -148,8 +149,8 @@ def run(script: str, flags: list[str], devices: int, updates: int, python: str =
     has made ``updates`` updates (at least 4), then stops it.
 
     Returns ``startup_s`` (process start to the end of the first update), ``update_s`` (mean seconds per
-    update after the second) and ``updates`` (how many were timed). Raises ``RuntimeError`` with the end of
-    its output if it exits or times out first.
+    update after the second) and ``updates`` (how many were timed). Raises ``RuntimeError`` if it exits or
+    times out first: its first line the last error the script printed, then the end of its output.
     """
     if updates < 4:
         raise ValueError(f"updates must be at least 4 (two to warm up, two to time), got {updates}")
@@ -173,8 +174,10 @@ def run(script: str, flags: list[str], devices: int, updates: int, python: str =
         child.kill()  # Cleanba's actor threads never end on their own
         child.wait()
     if len(stamps) < updates:
-        raise RuntimeError(f"{os.path.basename(script)} {' '.join(flags)} stopped after {len(stamps)} of {updates} "
-                           "updates:\n" + "".join(tail))
+        errors = [line.strip() for line in tail if re.match(r"[\w.]*(Error|Exception)\b", line)]
+        cause = errors[-1] if errors else "no error printed"
+        raise RuntimeError(f"stopped after {len(stamps)} of {updates} updates: {cause}\n"
+                           f"{os.path.basename(script)} {' '.join(flags)}:\n" + "".join(tail))
     timed = stamps[1:]  # from the end of update 2 on
     return {"startup_s": stamps[0] - start, "update_s": (timed[-1] - timed[0]) / (len(timed) - 1),
             "updates": len(timed) - 1}

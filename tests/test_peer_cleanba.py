@@ -60,6 +60,6 @@ def test_a_run_is_timed_from_its_updates_and_stopped(tmp_path):
 
 def test_a_run_that_ends_early_shows_its_output(tmp_path):
     script = tmp_path / "broken.py"
-    script.write_text("raise SystemExit('no envpool here')\n")
-    with pytest.raises(RuntimeError, match="stopped after 0 of 4 updates"):
+    script.write_text("raise ImportError('no envpool here')\n")
+    with pytest.raises(RuntimeError, match="^stopped after 0 of 4 updates: ImportError: no envpool here\n"):
         peer_cleanba.run(str(script), [], devices=2, updates=4, python=sys.executable)
