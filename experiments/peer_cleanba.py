@@ -8,7 +8,9 @@ the smallest changes that let Cleanba (written for jax 0.4, gym-style envpool
 learner update, and one change of substance that the comparison states: its
 learner's minibatch ``lax.scan`` (and PPO's epoch scan around it) runs as a Python loop, because XLA:CPU runs the
 conv gradients inside a ``scan`` many times slower (measured: 71.5 s per IMPALA
-update with the scan, 4.1 s without). Every patch must apply exactly once where
+update with the scan, 4.1 s without); and its ResNet's max-pool is podracer's ``max_pool_same`` (the same
+function, whose gradient does not make XLA:CPU hold index arrays as large as the input for every unrolled step:
+with flax's, Cleanba's PPO at 64 envs x 32 steps asked for 33 GB). Every patch must apply exactly once where
 it is meant to, else :func:`prepare` fails naming it (a newer Cleanba has moved on).
 
 :func:`run` times one patched script: a process with the simulated CPU devices it
@@ -52,6 +54,9 @@ def _python_loop_scan(f, carry, xs, length=None):  # podracer's patch: lax.scan 
         carry, out = f(carry, jax.tree.map(lambda x: x[i], xs))
         outs.append(out)
     return carry, jax.tree.map(lambda *o: jnp.stack(o), *outs)
+
+
+from agents.networks import max_pool_same as _max_pool_same  # podracer's patch: the pool podracer uses
 '''
 
 
@@ -112,6 +117,8 @@ PATCHES = (
     Patch("the minibatch scan as a Python loop (XLA:CPU runs conv gradients in a loop many times slower)",
           "jax.lax.scan(\n            update_minibatch,", "_python_loop_scan(\n            update_minibatch,",
           scripts=("cleanba_impala.py",)),
+    Patch("the ResNet's max-pool as podracer's (same function; flax's gradient asks XLA:CPU for GBs per step)",
+          'nn.max_pool(x, window_shape=(3, 3), strides=(2, 2), padding="SAME")', "_max_pool_same(x)"),
     Patch("report each learner update (for the benchmark's timing)",
           "        unreplicated_params = _unreplicate(agent_state.params)\n",
           "        unreplicated_params = _unreplicate(agent_state.params)\n"
