@@ -78,9 +78,8 @@ def _ensure_positive(config: ActorCriticConfig) -> None:
 # a whole batch (measured on 2 cores, forward and backward of 672 frames: IMPALA ResNet 10.8 s whole, 4.3 s in
 # slices of 32; Nature CNN 1.9 s -> 0.55 s; MinAtar's small conv over 8,192 observations 0.35 s -> 0.2 s in
 # slices of 1,024), its working set then fitting the caches. About this many observation elements per slice
-# (37 Atari frames), in at most MAX_SLICES slices (each is compiled apart: compile time grows with their number):
+# (37 Atari frames); the slices run in a loop, so the compiled learner does not grow with their number:
 CPU_CONV_SLICE_ELEMENTS = 2**20
-MAX_SLICES = 32
 
 
 class ActorCriticParts(NamedTuple):
@@ -103,17 +102,19 @@ def learner_slice(spec: EnvSpec, has_conv: bool) -> int | None:
 
 
 def apply_network(parts: ActorCriticParts, params: Params, obs: jax.Array, method=None):
-    """``parts.network`` on ``obs [N, ...]`` for the learner, in slices of ``parts.learner_slice`` rows (more
-    where that would make over :data:`MAX_SLICES`); the outputs are joined, so it is the same function of ``obs``."""
+    """``parts.network`` on ``obs [N, ...]`` for the learner, in a loop over slices of at most
+    ``parts.learner_slice`` rows (``obs`` padded to equal slices); the same function of ``obs``."""
     def apply(x):
         return parts.network.apply(params, x, method=method)
 
     n = obs.shape[0]
     if parts.learner_slice is None or n <= parts.learner_slice:
         return apply(obs)
-    size = max(parts.learner_slice, -(-n // MAX_SLICES))
-    outs = [apply(obs[start:start + size]) for start in range(0, n, size)]
-    return jax.tree.map(lambda *pieces: jnp.concatenate(pieces), *outs)
+    slices = -(-n // parts.learner_slice)
+    size = -(-n // slices)
+    padded = jnp.pad(obs, [(0, slices * size - n)] + [(0, 0)] * (obs.ndim - 1))
+    outs = jax.lax.map(apply, padded.reshape((slices, size, *obs.shape[1:])))
+    return jax.tree.map(lambda out: out.reshape((slices * size, *out.shape[2:]))[:n], outs)
 
 
 def build(config: ActorCriticConfig, spec: EnvSpec, optimizer_steps: int | None) -> ActorCriticParts:

@@ -11,7 +11,7 @@ import jax.numpy as jnp
 from agents import actor_critic
 from agents.actor_critic import ActorCriticConfig, LearnerState
 from agents.returns import vtrace
-from agents.sgd import minibatch_loop, random_permutation, resolve_unroll
+from agents.sgd import random_permutation, resolve_unroll
 from podracer.config import knob
 from podracer.parallel import masked_mean
 from podracer.types import Agent, BatchShape, EnvSpec, Trajectory
@@ -65,7 +65,7 @@ def make_impala(config: ImpalaConfig, spec: EnvSpec, shape: BatchShape = BatchSh
     steps = shape.num_updates * config.num_minibatches if shape.num_updates else None
     parts = actor_critic.build(config, spec, steps)
     policy = parts.policy
-    unroll = resolve_unroll(config.minibatch_loop, parts.has_conv)
+    unroll = resolve_unroll(config.minibatch_loop)
 
     def loss_fn(params, traj: Trajectory):
         policy_out, values = actor_critic.time_major(lambda obs: actor_critic.apply_network(parts, params, obs))(traj.obs)
@@ -94,7 +94,7 @@ def make_impala(config: ImpalaConfig, spec: EnvSpec, shape: BatchShape = BatchSh
                 minibatch = jax.tree.map(lambda x: jnp.take(x, share, axis=1), traj)
                 return actor_critic.gradient_step(loss_fn, parts.optimizer, state, minibatch)
 
-            state, metrics = minibatch_loop(sgd_step, state, shares, unroll)
+            state, metrics = jax.lax.scan(sgd_step, state, shares, unroll=unroll)
             metrics = jax.tree.map(jnp.mean, metrics)
         return state._replace(update=state.update + 1), metrics
 

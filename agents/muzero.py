@@ -26,7 +26,6 @@ import optax
 import rlax
 
 from agents.muzero_networks import MuZeroMLP, MuZeroResNet
-from agents.sgd import minibatch_loop, resolve_unroll
 from agents.replay import Replay, can_sample, replay_add, replay_init, replay_sample, update_priorities
 from podracer.config import check_knobs, flag_name, knob
 from podracer.parallel import masked_mean, mean_over_replicas, replica_count, replica_index
@@ -224,7 +223,6 @@ def make_muzero(config: MuZeroConfig, spec: EnvSpec, shape: BatchShape = BatchSh
     window = k + n + 1
     min_steps = max(config.min_replay_steps, window)
     num_actions = spec.num_actions
-    unroll = resolve_unroll("auto", has_conv=torso == "resnet")
 
     def apply(params, method, *args):
         return network.apply(params, *args, method=method)
@@ -350,8 +348,8 @@ def make_muzero(config: MuZeroConfig, spec: EnvSpec, shape: BatchShape = BatchSh
             return carry, {**metrics, "loss": total, "grad_norm": optax.tree.norm(grads)}
 
         carry = (state.params, state.target_params, state.opt_state, replay, state.steps)
-        (params, target, opt_state, replay, steps), metrics = minibatch_loop(
-            sgd_step, carry, jax.random.split(key, gradient_steps), unroll)
+        (params, target, opt_state, replay, steps), metrics = jax.lax.scan(
+            sgd_step, carry, jax.random.split(key, gradient_steps))
         metrics = jax.tree.map(jnp.mean, metrics)
         metrics["replay_ready"] = ready.astype(jnp.float32)
         return MuZeroState(params, target, opt_state, replay, state.update + 1, steps), metrics

@@ -17,7 +17,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from agents.networks import ResidualBlock, _as_float
+from agents.networks import Conv, ResidualBlock, _as_float
 
 
 def _normalise(state: jax.Array) -> jax.Array:
@@ -82,9 +82,9 @@ class Downsample(nn.Module):
     @nn.compact
     def __call__(self, obs):
         small, large = self.channels
-        x = nn.Conv(small, (3, 3), strides=(2, 2))(_as_float(obs))
+        x = Conv(small, (3, 3), strides=(2, 2))(_as_float(obs))
         x = ResidualBlock(small)(ResidualBlock(small)(x))
-        x = nn.Conv(large, (3, 3), strides=(2, 2))(x)
+        x = Conv(large, (3, 3), strides=(2, 2))(x)
         for _ in range(3):
             x = ResidualBlock(large)(x)
         x = nn.avg_pool(x, (3, 3), strides=(2, 2), padding="SAME")
@@ -104,12 +104,12 @@ class MuZeroResNet(nn.Module):
     def setup(self):
         large = self.channels[1]
         self.downsample = Downsample(tuple(self.channels))
-        self.transition = nn.Conv(large, (3, 3))
+        self.transition = Conv(large, (3, 3))
         self.blocks = [ResidualBlock(large) for _ in range(self.dynamics_blocks)]
-        self.reward_conv = nn.Conv(16, (1, 1))
+        self.reward_conv = Conv(16, (1, 1))
         self.reward_head = nn.Dense(self.support_bins, kernel_init=nn.initializers.zeros)
         self.prediction = ResidualBlock(large)
-        self.head_conv = nn.Conv(16, (1, 1))
+        self.head_conv = Conv(16, (1, 1))
         self.policy_head = nn.Dense(self.num_actions, kernel_init=nn.initializers.zeros)
         self.value_head = nn.Dense(self.support_bins, kernel_init=nn.initializers.zeros)
 

@@ -14,10 +14,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from agents import conv
 from podracer.types import EnvSpec
 
 TORSOS = ("auto", "mlp", "conv", "nature_cnn", "impala_resnet")
 ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {"tanh": nn.tanh, "relu": nn.relu}
+
+
+# flax's convolution with gradients XLA:CPU computes fast inside loops (see agents/conv.py); same parameters.
+Conv = functools.partial(nn.Conv, conv_general_dilated=conv.conv_general_dilated)
 
 
 def _orthogonal(scale: float = np.sqrt(2)):
@@ -50,7 +55,7 @@ class SmallConv(nn.Module):
 
     @nn.compact
     def __call__(self, x):
-        x = nn.relu(nn.Conv(self.channels, (3, 3), kernel_init=_orthogonal())(_as_float(x)))
+        x = nn.relu(Conv(self.channels, (3, 3), kernel_init=_orthogonal())(_as_float(x)))
         x = x.reshape((x.shape[0], -1))
         return nn.relu(nn.Dense(self.hidden_size, kernel_init=_orthogonal())(x))
 
@@ -62,7 +67,7 @@ class NatureCNN(nn.Module):
     def __call__(self, x):
         x = _as_float(x)
         for channels, kernel, stride in ((32, 8, 4), (64, 4, 2), (64, 3, 1)):
-            x = nn.relu(nn.Conv(channels, (kernel, kernel), (stride, stride), "VALID", kernel_init=_orthogonal())(x))
+            x = nn.relu(Conv(channels, (kernel, kernel), (stride, stride), "VALID", kernel_init=_orthogonal())(x))
         x = x.reshape((x.shape[0], -1))
         return nn.relu(nn.Dense(512, kernel_init=_orthogonal())(x))
 
@@ -93,8 +98,8 @@ class ResidualBlock(nn.Module):
 
     @nn.compact
     def __call__(self, x):
-        y = nn.Conv(self.channels, (3, 3), kernel_init=_orthogonal())(nn.relu(x))
-        y = nn.Conv(self.channels, (3, 3), kernel_init=_orthogonal())(nn.relu(y))
+        y = Conv(self.channels, (3, 3), kernel_init=_orthogonal())(nn.relu(x))
+        y = Conv(self.channels, (3, 3), kernel_init=_orthogonal())(nn.relu(y))
         return x + y
 
 
@@ -107,7 +112,7 @@ class ImpalaResNet(nn.Module):
     def __call__(self, x):
         x = _as_float(x)
         for channels in self.channels:
-            x = nn.Conv(channels, (3, 3), kernel_init=_orthogonal())(x)
+            x = Conv(channels, (3, 3), kernel_init=_orthogonal())(x)
             x = max_pool_same(x)
             x = ResidualBlock(channels)(x)
             x = ResidualBlock(channels)(x)

@@ -82,7 +82,7 @@ def make_ppo(config: PPOConfig, spec: EnvSpec, shape: BatchShape = BatchShape())
     steps = shape.num_updates * config.num_epochs * config.num_minibatches if shape.num_updates else None
     parts = actor_critic.build(config, spec, steps)
     policy = parts.policy
-    unroll = resolve_unroll(config.minibatch_loop, parts.has_conv)
+    unroll = resolve_unroll(config.minibatch_loop)
     # With one torso for policy and value, acting computes the values too for a dense head more, and the
     # learner is spared a forward pass over the batch (as CleanRL's and Cleanba's PPO keep the rollout's
     # values); with two torsos the critic's would double the actors' work, so the learner computes them.

@@ -1,4 +1,4 @@
-"""Epochs of shuffled minibatch steps, with the loop structure chosen per backend."""
+"""Epochs of shuffled minibatch steps in a ``lax.scan``."""
 
 from __future__ import annotations
 
@@ -10,41 +10,16 @@ import jax.numpy as jnp
 UNROLL_CHOICES = ("auto", "scan", "unroll")
 
 
-def resolve_unroll(choice: str, has_conv: bool) -> bool | int:
-    """``lax.scan``'s ``unroll`` for the minibatch loop.
+def resolve_unroll(choice: str) -> bool | int:
+    """``lax.scan``'s ``unroll`` for the minibatch loop: ``auto`` and ``scan`` keep it rolled.
 
-    XLA:CPU takes a far slower path for convolution gradients inside a rolled
-    ``lax.scan`` (measured on a 2-core CPU: a Nature-CNN PPO learner took ~6
-    sample-gradients/s inside the scan, ~102 unrolled), so ``auto`` unrolls the loop
-    for conv networks on the CPU backend and keeps it rolled elsewhere (shorter
-    compiles, same speed).
+    A rolled loop compiles in a time that does not grow with the number of gradient steps. (Conv torsos used
+    to be unrolled on XLA:CPU, whose generic path for conv gradients in a loop was ~15x slower; their
+    gradients are now convolutions that it runs fast in a loop too: see :mod:`agents.conv`.)
     """
     if choice not in UNROLL_CHOICES:
         raise ValueError(f"unknown minibatch loop {choice!r}: choose one of {UNROLL_CHOICES}")
-    if choice == "auto":
-        return True if has_conv and jax.default_backend() == "cpu" else 1
     return True if choice == "unroll" else 1
-
-
-def minibatch_loop(step: Callable, carry, xs, unroll: bool | int = 1):
-    """``lax.scan(step, carry, xs, unroll=unroll)``, where ``unroll=True`` is a Python loop.
-
-    jax lowers a fully unrolled ``lax.scan`` of length 1 to a ``while`` loop of one
-    trip, which XLA keeps, and convolution gradients inside a loop body take XLA:CPU's
-    slow path: a PPO update with ``--num-epochs 1`` (IMPALA ResNet, 16 x 32 Breakout
-    frames, 4 minibatches) took 71 s where two epochs took 9. A Python loop has no
-    loop to lower.
-
-    Returns:
-      ``(carry, outputs)`` with outputs stacked ``[len(xs), ...]``, as ``lax.scan``.
-    """
-    if unroll is not True:
-        return jax.lax.scan(step, carry, xs, unroll=unroll)
-    outputs = []
-    for index in range(jax.tree.leaves(xs)[0].shape[0]):
-        carry, output = step(carry, jax.tree.map(lambda x: x[index], xs))
-        outputs.append(output)
-    return carry, jax.tree.map(lambda *pieces: jnp.stack(pieces), *outputs)
 
 
 def random_permutation(key: jax.Array, n: int) -> jax.Array:
@@ -85,7 +60,7 @@ def shuffled_minibatches(
         minibatches = jax.tree.map(
             lambda x: jnp.take(x, order, axis=0).reshape((num_minibatches, -1, *x.shape[1:])), batch
         )
-        return minibatch_loop(step, carry, minibatches, unroll)
+        return jax.lax.scan(step, carry, minibatches, unroll=unroll)
 
-    carry, metrics = minibatch_loop(epoch, carry, jax.random.split(key, num_epochs), unroll)
+    carry, metrics = jax.lax.scan(epoch, carry, jax.random.split(key, num_epochs), unroll=unroll)
     return carry, jax.tree.map(lambda m: m.reshape((-1, *m.shape[2:])), metrics)

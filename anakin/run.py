@@ -88,7 +88,7 @@ def anakin_program(agent: Agent, env, config: AnakinConfig, about: dict) -> Prog
     """The Anakin program for ``agent`` on ``env``, as :func:`podracer.driver.drive` runs it."""
     devices = select_devices(config.num_devices)
     geo = geometry(config, len(devices))
-    on_device = loop_on_device(config.update_loop, env.spec.images)
+    on_device = loop_on_device(config.update_loop)
     program = make_anakin(agent, env, geo, anakin_mesh(devices, geo.lanes), on_device)
 
     def compile(state):

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from agents.sgd import minibatch_loop, shuffled_minibatches
+from agents.sgd import shuffled_minibatches
 from podracer.runlog import METRICS_FILE, RunLog, read_records
 from podracer.signals import StopRequested
 from sebulba import lifecycle
@@ -130,22 +130,6 @@ def test_shuffled_minibatches_visit_every_sample_once_per_epoch_in_a_new_order()
     assert len({tuple(order) for order in orders}) == epochs  # each epoch shuffles anew
     with pytest.raises(ValueError, match="5 minibatches do not divide a batch of 12"):
         shuffled_minibatches(step, 0, batch, jax.random.key(0), 1, 5)
-
-
-@pytest.mark.parametrize("length", [1, 3])
-def test_an_unrolled_minibatch_loop_is_a_scan_without_a_loop(length):
-    """jax lowers ``lax.scan(..., unroll=True)`` of length 1 to a one-trip ``while`` (slow conv gradients on
-    XLA:CPU); the unrolled loop must compute what the scan does and lower to no loop at all."""
-    xs = {"x": jnp.arange(length * 2.0).reshape(length, 2)}
-
-    def step(total, item):
-        return total + item["x"].sum(), item["x"] * total
-
-    expected = jax.lax.scan(step, 1.0, xs)
-    unrolled = jax.jit(lambda xs: minibatch_loop(step, 1.0, xs, unroll=True))
-    chex.assert_trees_all_close(unrolled(xs), expected)
-    assert " while(" not in unrolled.lower(xs).compile().as_text()
-    chex.assert_trees_all_close(jax.jit(lambda xs: minibatch_loop(step, 1.0, xs))(xs), expected)
 
 
 def test_a_torn_last_metrics_line_is_dropped_with_a_warning(tmp_path, capsys):

@@ -117,20 +117,21 @@ def test_impala_loss_matches_vtrace_reference():
 
 
 def test_the_learner_takes_conv_batches_in_slices_with_the_same_result():
-    """On CPU a conv torso is applied in slices (faster gradients); outputs, loss and gradients are unchanged."""
+    """On CPU a conv torso is applied in a loop over slices (faster gradients); outputs, loss and gradients
+    are unchanged."""
     import jax
 
     from agents import actor_critic, make_impala
     from podracer.types import Discrete, EnvSpec
 
-    spec = EnvSpec(jax.ShapeDtypeStruct((16, 16, 4), jnp.uint8), Discrete(3))
+    spec = EnvSpec(jax.ShapeDtypeStruct((36, 36, 4), jnp.uint8), Discrete(3))  # Nature CNN: 8x8, 3x3, 1x1
     vectors = EnvSpec(jax.ShapeDtypeStruct((8,), jnp.float32), Discrete(3))
     config = ImpalaConfig(torso="nature_cnn", shared_torso=True)
     parts = actor_critic.build(config, spec, None)
-    assert parts.learner_slice == actor_critic.CPU_CONV_SLICE_ELEMENTS // (16 * 16 * 4)  # 512 rows
+    assert parts.learner_slice == actor_critic.CPU_CONV_SLICE_ELEMENTS // (36 * 36 * 4)  # 202 rows
     assert actor_critic.build(ImpalaConfig(), vectors, None).learner_slice is None  # an MLP: whole batches
-    sliced = parts._replace(learner_slice=7)  # 20 rows: slices of 7, 7 and 6
-    obs = jnp.asarray(np.random.default_rng(0).integers(0, 255, (20, 16, 16, 4)), jnp.uint8)
+    sliced = parts._replace(learner_slice=7)  # 20 rows: 3 slices of 7 (one row of padding)
+    obs = jnp.asarray(np.random.default_rng(0).integers(0, 255, (20, 36, 36, 4)), jnp.uint8)
     params = parts.network.init(jax.random.key(0), obs[:1])
 
     def loss(parts_, params_):
@@ -143,7 +144,8 @@ def test_the_learner_takes_conv_batches_in_slices_with_the_same_result():
     for a, b in zip(jax.tree.leaves(part_grads), jax.tree.leaves(whole_grads)):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
     jaxpr = str(jax.make_jaxpr(lambda p: loss(sliced, p))(params))
-    assert jaxpr.count("conv_general_dilated") == 3 * 3  # three Nature-CNN convs, once per slice
+    assert jaxpr.count("conv_general_dilated") == 3  # three Nature-CNN convs, in one loop over the slices
+    assert "scan[" in jaxpr and "length=3" in jaxpr
     assert make_impala(config, spec) is not None
 
 

@@ -29,7 +29,7 @@ def _temporary_bytes(gradient_steps: int) -> int:
     params = network.init(jax.random.key(0), obs)
 
     def steps(params, obs):
-        for _ in range(gradient_steps):  # as agents.sgd.minibatch_loop unrolls them for conv torsos on CPU
+        for _ in range(gradient_steps):  # as --minibatch-loop unroll compiles them
             grads = jax.grad(lambda p: network.apply(p, obs).sum())(params)
             params = jax.tree.map(lambda p, g: p - 1e-3 * g, params, grads)
         return params
