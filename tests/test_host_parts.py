@@ -4,13 +4,12 @@ import json
 import threading
 import time
 
-import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from agents.sgd import shuffled_minibatches
+from agents.sgd import resolve_unroll, shuffled_minibatches
 from podracer.runlog import METRICS_FILE, RunLog, read_records
 from podracer.signals import StopRequested
 from sebulba import lifecycle
@@ -208,3 +207,20 @@ def test_actor_params_are_packed_into_one_array_and_back_exactly():
     mixed = {"w": jnp.ones(3), "count": jnp.int32(7)}  # one flat array would cast the counter: left as it is
     pack, unpack = params_packing(mixed)
     assert pack(mixed) is mixed and unpack(mixed) is mixed
+
+
+def test_the_unrolled_minibatch_loop_computes_what_the_rolled_one_does():
+    batch = {"x": jnp.arange(12.0)}
+
+    def step(total, minibatch):
+        return total * 0.5 + minibatch["x"].sum(), minibatch["x"]
+
+    def run(choice):
+        loop = lambda key: shuffled_minibatches(step, 1.0, batch, key, 2, 3, resolve_unroll(choice))  # noqa: E731
+        return jax.jit(loop)(jax.random.key(0)), jax.jit(loop).lower(jax.random.key(0)).as_text()
+
+    (rolled, rolled_text), (unrolled, unrolled_text) = run("auto"), run("unroll")
+    jax.tree.map(np.testing.assert_array_equal, unrolled, rolled)
+    assert rolled_text.count("stablehlo.while") > unrolled_text.count("stablehlo.while")  # (threefry has its own)
+    with pytest.raises(ValueError, match="unknown minibatch loop 'python'"):
+        resolve_unroll("python")
