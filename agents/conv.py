@@ -35,7 +35,7 @@ def conv_general_dilated(lhs, rhs, window_strides, padding, lhs_dilation=None, r
         and lhs.ndim == 4
         and lax.conv_dimension_numbers(lhs.shape, rhs.shape, dimension_numbers)
         == lax.conv_dimension_numbers(lhs.shape, rhs.shape, NHWC)
-        and all(d == 1 for d in (lhs_dilation or (1, 1)) + (rhs_dilation or (1, 1)))
+        and all(d == 1 for d in (*(lhs_dilation or ()), *(rhs_dilation or ())))
         and feature_group_count == 1
         and batch_group_count == 1
         and preferred_element_type is None
