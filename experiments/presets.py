@@ -208,8 +208,9 @@ SEBULBA_PRESETS: dict[str, dict] = {
                        "log_std_init": -0.5, "normalize_observations": True, "reward_scale": 0.1}),
     },
     "breakout_ppo": {
-        "about": "PPO on Breakout-v5 as Cleanba's benchmark runs it: 16 envs x 32 steps, 1 actor thread; no "
-                 "learning result measured yet (at ~240 steps/s on 2 CPU cores, 10M frames take about 3 hours)",
+        "about": "PPO on Breakout-v5 as Cleanba's benchmark runs it: 16 envs x 32 steps, 1 actor thread; on "
+                 "Pong-v5 (seed 0) at 10M frames greedy evaluation +20 and training return +8.1 (Cleanba's PPO "
+                 "passes +18 in training); Breakout not measured (10M frames take about 2.5-3 hours on 2 CPU cores)",
         "agent": "ppo",
         "env": "Breakout-v5",
         "fit": _fixed({"actor_threads": 1, "envs_per_thread": 16, "rollout_len": 32, "total_env_steps": 10_000_000},
