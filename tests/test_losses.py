@@ -116,9 +116,9 @@ def test_impala_loss_matches_vtrace_reference():
     np.testing.assert_allclose(loss, np.mean(policy_terms) + 0.5 * np.mean(value_terms) - 0.01 * entropy, rtol=1e-4)
 
 
-def test_the_learner_takes_conv_batches_in_slices_with_the_same_result():
-    """On CPU a conv torso is applied in a loop over slices (faster gradients); outputs, loss and gradients
-    are unchanged."""
+def test_the_learner_takes_conv_batches_in_slices_with_the_same_result(monkeypatch):
+    """On CPU a conv torso is applied in slices, some side by side in each iteration of a loop (faster
+    gradients); outputs, loss and gradients are unchanged."""
     import jax
 
     from agents import actor_critic, make_impala
@@ -128,9 +128,10 @@ def test_the_learner_takes_conv_batches_in_slices_with_the_same_result():
     vectors = EnvSpec(jax.ShapeDtypeStruct((8,), jnp.float32), Discrete(3))
     config = ImpalaConfig(torso="nature_cnn", shared_torso=True)
     parts = actor_critic.build(config, spec, None)
-    assert parts.learner_slice == actor_critic.CPU_CONV_SLICE_ELEMENTS // (36 * 36 * 4)  # 202 rows
+    assert parts.learner_slice == actor_critic.CPU_CONV_SLICE_ELEMENTS // (36 * 36 * 4)  # 101 rows
     assert actor_critic.build(ImpalaConfig(), vectors, None).learner_slice is None  # an MLP: whole batches
-    sliced = parts._replace(learner_slice=7)  # 20 rows: 3 slices of 7 (one row of padding)
+    sliced = parts._replace(learner_slice=7)  # 20 rows: 3 slices of at most 7, 2 side by side -> 4 slices of 5
+    monkeypatch.setattr(actor_critic, "SLICES_PER_ITERATION", 2)
     obs = jnp.asarray(np.random.default_rng(0).integers(0, 255, (20, 36, 36, 4)), jnp.uint8)
     params = parts.network.init(jax.random.key(0), obs[:1])
 
@@ -145,7 +146,7 @@ def test_the_learner_takes_conv_batches_in_slices_with_the_same_result():
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
     jaxpr = str(jax.make_jaxpr(lambda p: loss(sliced, p))(params))
     assert jaxpr.count("conv_general_dilated") == 3  # three Nature-CNN convs, in one loop over the slices
-    assert "scan[" in jaxpr and "length=3" in jaxpr
+    assert "scan[" in jaxpr and "length=4" in jaxpr and "unroll=2" in jaxpr  # 2 iterations of 2 slices
     assert make_impala(config, spec) is not None
 
 
