@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 from typing import Callable
@@ -105,3 +106,78 @@ def report(lines: list[str], out: str) -> None:
     os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
     with open(out, "w") as f:
         f.write(new)
+
+
+
+XPROF_FLAG = "--xla_cpu_enable_xprof_traceme=true"  # XLA:CPU names each kernel it runs in a profiler trace
+
+
+def enable_kernel_traces() -> None:
+    """Before JAX starts: XLA:CPU is to record every kernel it runs in a profiler trace (see :func:`kernel_times`)."""
+    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {XPROF_FLAG}"
+
+
+_MULTIPLIES = re.compile(r" (dot|convolution)\(")
+_NO_KERNEL = re.compile(r" (parameter|get-tuple-element|bitcast|constant|tuple|while|call|conditional)\(")
+
+
+def hlo_kernels(hlo_text: str) -> tuple[set[str], set[str]]:
+    """Names of a compiled HLO module's instructions that may run as XLA:CPU kernels (not loops and calls, whose
+    bodies' kernels are named on their own), and those of them that multiply matrices: dots, convolutions and
+    the fusions that hold one."""
+    bodies, name = {}, None
+    for line in hlo_text.splitlines():
+        if line and not line.startswith((" ", "}")):
+            name = line.split(" ", 1)[0].lstrip("%")
+            bodies[name] = []
+        elif name and " = " in line:
+            bodies[name].append(line)
+    multiplying = {c for c, body in bodies.items() if any(_MULTIPLIES.search(line) for line in body)}
+    kernels, matmuls = set(), set()
+    for body in bodies.values():  # names inside fusions and reducers never name a kernel: harmless here
+        for line in body:
+            if _NO_KERNEL.search(line):
+                continue
+            instruction = line.split(" = ", 1)[0].strip().removeprefix("ROOT ").lstrip("%")
+            kernels.add(instruction)
+            called = re.search(r"calls=%([\w.-]+)", line)
+            if _MULTIPLIES.search(line) or (called and called[1] in multiplying):
+                matmuls.add(instruction)
+    return kernels, matmuls
+
+
+def kernel_times(fn, args: tuple, calls: int) -> dict | None:
+    """What a call of the jitted ``fn(*args)`` spends in XLA:CPU kernels, averaged over ``calls`` traced calls:
+    ``matmul_us``/``matmul_kernels`` (dots, convolutions and the fusions that hold one) and ``other_us``/
+    ``other_kernels`` (every other kernel it runs). Tracing adds a little to each kernel.
+
+    None where the trace names no kernel of ``fn`` (another backend, or :func:`enable_kernel_traces` not called
+    before JAX started)."""
+    import gzip
+    import tempfile
+
+    import jax
+
+    kernels, matmuls = hlo_kernels(fn.lower(*args).compile().as_text())
+    jax.block_until_ready(fn(*args))
+    with tempfile.TemporaryDirectory() as trace_dir:
+        options = jax.profiler.ProfileOptions()
+        options.host_tracer_level = 3
+        jax.profiler.start_trace(trace_dir, create_perfetto_trace=True, profiler_options=options)
+        for _ in range(calls):
+            out = fn(*args)
+        jax.block_until_ready(out)
+        jax.profiler.stop_trace()
+        traces = [os.path.join(d, f) for d, _, files in os.walk(trace_dir) for f in files
+                  if f == "perfetto_trace.json.gz"]
+        events = json.load(gzip.open(traces[0])) if traces else []
+    events = events.get("traceEvents", []) if isinstance(events, dict) else events
+    totals = {"matmul_us": 0.0, "matmul_kernels": 0, "other_us": 0.0, "other_kernels": 0}
+    for event in events:
+        if event.get("ph") == "X" and event.get("name") in kernels:
+            kind = "matmul" if event["name"] in matmuls else "other"
+            totals[f"{kind}_us"] += event["dur"]
+            totals[f"{kind}_kernels"] += 1
+    if not totals["matmul_kernels"] + totals["other_kernels"]:
+        return None
+    return {key: value / calls for key, value in totals.items()}

@@ -80,27 +80,38 @@ def worker(args) -> None:
 
 
 def parts_worker(args) -> None:
-    """Where an update's time goes at ``--num-envs``, in this process: the rollout (PPO acting and CartPole, one
-    jitted call) and ``Agent.learn`` on its trajectory, each timed alone; the learner's arithmetic rate (XLA's
-    flop count of the compiled learn over its time) beside a ``MATMUL`` x ``MATMUL`` float32 matmul's on the same
-    device. Prints one BENCH line."""
+    """Where an update's time goes at ``--num-envs``, in this process: the rollout (PPO acting and CartPole) and
+    ``Agent.learn`` on its trajectory, each jitted on one device as the Anakin program binds them and timed
+    alone; the learner's kernels from a profiler trace, the matrix multiplications apart from the rest; and its
+    arithmetic rate: XLA's flop count of the learn compiled with its minibatch loop unrolled (a rolled loop's
+    body is counted once), over the learn's time and over its matmul kernels' time, beside a ``MATMUL`` x
+    ``MATMUL`` float32 matmul's on the same device. Prints one BENCH line."""
+    bench_process.enable_kernel_traces()
     import jax
     import jax.numpy as jnp
+    from jax.sharding import PartitionSpec as P
 
     import envs
     from agents import PPOConfig, make_ppo
     from anakin.program import rollout
-    from podracer.parallel import single_replica
+    from podracer.parallel import device_mesh, shard_map
     from podracer.types import BatchShape
 
     env = envs.make("cartpole")
     config = PPOConfig()
-    agent = make_ppo(config, env.spec, BatchShape(100, ROLLOUT_LEN, args.num_envs))
+    shape = BatchShape(100, ROLLOUT_LEN, args.num_envs)
+    agent = make_ppo(config, env.spec, shape)
     state = agent.init(jax.random.key(0))
     env_state, obs = jax.vmap(env.reset)(jax.random.split(jax.random.key(1), args.num_envs))
-    run_rollout = jax.jit(lambda state, env_state, obs, key: rollout(
+    mesh = device_mesh(jax.devices()[:1], lane_axis=True)  # binds both data axes, with no size-1 vmap
+
+    def on_one_device(fn):
+        return jax.jit(shard_map(fn, mesh, in_specs=P(), out_specs=P()))
+
+    run_rollout = on_one_device(lambda state, env_state, obs, key: rollout(
         agent, env, ROLLOUT_LEN, agent.actor_params(state), env_state, obs, key))
-    learn = jax.jit(single_replica(agent.learn))
+    learn = on_one_device(agent.learn)
+    unrolled_learn = on_one_device(make_ppo(PPOConfig(minibatch_loop="unroll"), env.spec, shape).learn)
     a, b = jnp.ones((MATMUL, MATMUL)), jnp.ones((MATMUL, MATMUL))
     matmul = jax.jit(jnp.matmul)
 
@@ -113,15 +124,18 @@ def parts_worker(args) -> None:
         return (time.perf_counter() - start) / calls
 
     _, _, traj, _ = run_rollout(state, env_state, obs, jax.random.key(2))
+    learn_args = (state, traj, jax.random.key(3))
     rollout_s = seconds(run_rollout, state, env_state, obs, jax.random.key(2))
-    learn_s = seconds(learn, state, traj, jax.random.key(3))
-    flops = learn.lower(state, traj, jax.random.key(3)).compile().cost_analysis()
+    learn_s = seconds(learn, *learn_args)
+    flops = unrolled_learn.lower(*learn_args).compile().cost_analysis()
     flops = (flops[0] if isinstance(flops, list) else flops)["flops"]
+    kernels = bench_process.kernel_times(learn, learn_args, calls=10) or {}
     matmul_s = seconds(matmul, a, b, calls=10)
     print("BENCH " + json.dumps({
         "mode": "parts", "num_envs": args.num_envs, "rollout_ms": 1e3 * rollout_s, "learn_ms": 1e3 * learn_s,
-        "learn_gflops": flops / learn_s / 1e9, "matmul_gflops": 2 * MATMUL**3 / matmul_s / 1e9,
-        "gradient_steps": config.num_epochs * config.num_minibatches,
+        "learn_mflop": flops / 1e6, "learn_gflops": flops / learn_s / 1e9, "matmul_gflops": 2 * MATMUL**3 / matmul_s / 1e9,
+        "gradient_steps": config.num_epochs * config.num_minibatches, **kernels,
+        "learn_matmul_gflops": flops / (1e-6 * kernels["matmul_us"]) / 1e9 if kernels else None,
     }), flush=True)
 
 
@@ -207,6 +221,28 @@ def _final_return(runs: list[dict]) -> str:
 
 def _median_compile(runs: list[dict]) -> float:
     return statistics.median(r["compile_s"] for r in runs)
+
+
+def _kernel_cells(row: dict) -> str:
+    if row.get("matmul_kernels") is None:
+        return "- | -"
+    return (f"{row['matmul_kernels']:,.0f} / {row['other_kernels']:,.0f} | "
+            f"{row['matmul_us'] / 1e3:.2f} / {row['other_us'] / 1e3:.2f}")
+
+
+def _parts_sentence(row: dict) -> str:
+    """Where the update's time goes at one batch, in words."""
+    learn_share = row["learn_ms"] / (row["learn_ms"] + row["rollout_ms"])
+    sentence = (f"At {row['num_envs']} envs the learner is {learn_share:.0%} of an update, "
+                f"{row['learn_mflop'] / row['gradient_steps']:.1f} MFLOP per gradient step at "
+                f"{row['learn_gflops'] / row['matmul_gflops']:.0%} of the large matmul's rate")
+    if row.get("matmul_kernels") is None:
+        return sentence + "."
+    matmul_share = row["matmul_us"] / (row["matmul_us"] + row["other_us"])
+    return (sentence + f"; {matmul_share:.0%} of its kernels' time is in matrix multiplications "
+            f"({row['matmul_kernels'] / row['gradient_steps']:.0f} kernels per gradient step, "
+            f"{row['learn_matmul_gflops']:.0f} GFLOP/s of their time), the rest in the update's "
+            f"{row['other_kernels']:,.0f} other kernels.")
 
 
 def main() -> None:
@@ -299,22 +335,24 @@ def main() -> None:
     if parts:
         lines += [
             "",
-            "Where an update's time goes (1 device, each part jitted and timed alone over "
-            f"{PARTS_CALLS} calls): the rollout ({ROLLOUT_LEN} steps of PPO acting and CartPole) and `Agent.learn` "
-            "on its trajectory; the learner's arithmetic rate is XLA's flop count of the compiled learn over its "
-            f"time, beside a {MATMUL} x {MATMUL} float32 matmul's on the same device.",
+            "Where an update's time goes (1 device, each part jitted as the Anakin program binds it and timed alone "
+            f"over {PARTS_CALLS} calls): the rollout ({ROLLOUT_LEN} steps of PPO acting and CartPole) and `Agent.learn` "
+            "on its trajectory. The learner's arithmetic rate is XLA's flop count of the learn (compiled with its "
+            f"minibatch loop unrolled, so that every gradient step is counted) over its time, beside a {MATMUL} x "
+            f"{MATMUL} float32 matmul's on the same device. Its kernels are from a profiler trace of 10 calls: "
+            "those that multiply matrices (dots and the fusions that hold one) apart from every other, with their "
+            "time summed over the cores (XLA:CPU runs independent kernels at the same time; tracing adds a little "
+            "to each).",
             "",
-            "| envs | rollout ms | learn ms | gradient steps | learn us per gradient step | learn GFLOP/s | "
-            "matmul GFLOP/s |",
-            "|---|---|---|---|---|---|---|",
+            "| envs | rollout ms | learn ms | gradient steps | learn us per gradient step | learn MFLOP | "
+            "learn GFLOP/s | matmul GFLOP/s | learner kernels per update: matmul / other | their time: matmul / "
+            "other, ms |",
+            "|---|---|---|---|---|---|---|---|---|---|",
         ]
         lines += [f"| {r['num_envs']} | {r['rollout_ms']:.2f} | {r['learn_ms']:.2f} | {r['gradient_steps']} | "
-                  f"{1e3 * r['learn_ms'] / r['gradient_steps']:,.0f} | {r['learn_gflops']:.1f} | "
-                  f"{r['matmul_gflops']:.0f} |" for r in parts]
-        lines += ["", " ".join(
-            f"At {r['num_envs']} envs the learner is {r['learn_ms'] / (r['learn_ms'] + r['rollout_ms']):.0%} of an "
-            f"update and its arithmetic runs at {r['learn_gflops'] / r['matmul_gflops']:.1%} of the matmul's rate."
-            for r in parts)]
+                  f"{1e3 * r['learn_ms'] / r['gradient_steps']:,.0f} | {r['learn_mflop']:,.0f} | "
+                  f"{r['learn_gflops']:.0f} | {r['matmul_gflops']:.0f} | {_kernel_cells(r)} |" for r in parts]
+        lines += ["", " ".join(_parts_sentence(r) for r in parts)]
     lines += [
         "",
         "## Batch-size curve",

@@ -97,6 +97,28 @@ def test_the_anakin_parts_measurement_times_the_rollout_and_the_learner_apart():
     assert row["num_envs"] == 4 and row["gradient_steps"] == 16
     assert row["rollout_ms"] > 0 and row["learn_ms"] > 0
     assert row["learn_gflops"] > 0 and row["matmul_gflops"] > 0
+    # Every gradient step counted: forward, input and weight gradients of two 3-layer networks are 18 dots on
+    # 128 samples of 4 features (64-64 torsos, 2 logits + 1 value): at least the weight gradients' share.
+    assert row["learn_mflop"] > row["gradient_steps"] * 2 * 128 * 2 * (4 * 64 + 64 * 64 + 64) / 1e6
+    # The trace named the learner's kernels: at least the 6 weight-gradient dots of each gradient step.
+    assert row["matmul_kernels"] >= 6 * row["gradient_steps"] and row["other_kernels"] > 0
+    assert row["matmul_us"] > 0 and row["other_us"] > 0
+
+
+def test_hlo_kernels_tells_matrix_multiplications_from_other_kernels():
+    import jax
+    import jax.numpy as jnp
+
+    from experiments import bench_process
+
+    def step(w, x):
+        return jax.lax.fori_loop(0, 3, lambda i, h: jnp.tanh(h @ w) + i, x)
+
+    hlo = jax.jit(step).lower(jnp.ones((8, 8)), jnp.ones((4, 8))).compile().as_text()
+    kernels, matmuls = bench_process.hlo_kernels(hlo)
+    assert matmuls and matmuls <= kernels
+    assert kernels - matmuls  # the tanh, the loop counter
+    assert not any(name.startswith(("while", "parameter", "get-tuple-element")) for name in kernels)
 
 
 def test_the_cleanba_row_has_the_ratio_and_podracers_learner_busy_share():
