@@ -38,7 +38,7 @@ def episode_returns(agent: Agent, env, config: EvalConfig):
         def step(carry):
             t, state, obs, finished, returns, key = carry
             key, step_key = jax.random.split(key)
-            state, ts = jax.vmap(env.step)(state, act(params, obs, step_key))
+            state, ts = env.step_batch(state, act(params, obs, step_key))
             ended = ts.episode.done & ~finished
             returns = jnp.where(ended, ts.episode.episode_return, returns)
             return t + 1, state, ts.obs, finished | ended, returns, key

@@ -68,7 +68,7 @@ def rollout(agent: Agent, env, rollout_len: int, params, env_state, obs, key):
     def step(carry, step_key):
         env_state, obs = carry
         action, extras = agent.act(params, obs, step_key)
-        env_state, ts = jax.vmap(env.step)(env_state, action)
+        env_state, ts = env.step_batch(env_state, action)
         return (env_state, ts.obs), (obs, action, ts.reward, ts.discount, ts.valid, extras, ts.episode)
 
     (env_state, last_obs), steps = jax.lax.scan(step, (env_state, obs), jax.random.split(key, rollout_len))

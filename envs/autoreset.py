@@ -31,7 +31,7 @@ def _select(pred, on_true, on_false):
 
 
 class AutoReset:
-    """Wraps one :class:`Environment` instance; ``vmap`` ``reset``/``step`` for batches."""
+    """Wraps one :class:`Environment` instance; ``vmap`` ``reset`` for batches, and ``step_batch`` steps them."""
 
     def __init__(self, env: Environment):
         self.env = env
@@ -47,7 +47,21 @@ class AutoReset:
         return AutoResetState(env_state, key, jnp.float32(0.0), zero, jnp.bool_(False)), obs
 
     def step(self, state: AutoResetState, action: jax.Array) -> tuple[AutoResetState, TimeStep]:
-        """``(state, action) -> (state, TimeStep)``; the env's own key travels in ``state``."""
+        """``(state, action) -> (state, TimeStep)``; the env's own key travels in ``state``. For a batch, see
+        :meth:`step_batch`."""
+        return self._restart(*self._advance(state, action))
+
+    def step_batch(self, state: AutoResetState, action: jax.Array) -> tuple[AutoResetState, TimeStep]:
+        """:meth:`step` over a batch (leaves ``[B, ...]``), with the same result as ``jax.vmap(step)``, but the
+        resets computed only on the steps where an episode of the batch ended: at small batches, most steps end
+        none and a reset's draws cost more than the step itself."""
+        advanced = jax.vmap(self._advance)(state, action)
+        restart = advanced[2]
+        return jax.lax.cond(jnp.any(restart), jax.vmap(self._restart), lambda s, t, r, k: (s, t), *advanced)
+
+    def _advance(self, state: AutoResetState, action: jax.Array):
+        """The step before any reset: the state and time step as if the episode went on, whether it restarts
+        now, and the key its reset takes."""
         key, step_key, reset_key = jax.random.split(state.key, 3)
         env_state, obs, reward, terminated = self.env.step(state.env_state, action, step_key)
         pending = state.needs_reset
@@ -55,11 +69,6 @@ class AutoReset:
         episode_return = state.episode_return + reward
         truncated = ~terminated & (length >= self.max_episode_steps)
         done = (terminated | truncated) & ~pending
-
-        restart = pending | terminated
-        reset_state, reset_obs = self.env.reset(reset_key)
-        env_state, obs = _select(restart, (reset_state, reset_obs), (env_state, obs))
-
         timestep = TimeStep(
             obs=obs,
             reward=jnp.where(pending, 0.0, reward).astype(jnp.float32),
@@ -75,4 +84,10 @@ class AutoReset:
             episode_length=jnp.where(clear, 0, length),
             needs_reset=truncated & ~pending,
         )
-        return state, timestep
+        return state, timestep, pending | terminated, reset_key
+
+    def _restart(self, state: AutoResetState, timestep: TimeStep, restart: jax.Array, reset_key: jax.Array):
+        """``state`` and ``timestep`` with a fresh episode's where ``restart``."""
+        reset_state, reset_obs = self.env.reset(reset_key)
+        env_state, obs = _select(restart, (reset_state, reset_obs), (state.env_state, timestep.obs))
+        return state._replace(env_state=env_state), timestep._replace(obs=obs)

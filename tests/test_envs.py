@@ -119,6 +119,29 @@ def test_autoreset_truncation_keeps_final_obs_then_resets():
     assert out[2][5:] == (3.0, 3) and out[6][5:] == (3.0, 3)
 
 
+def _as_arrays(tree):
+    return [np.asarray(jax.random.key_data(x) if jnp.issubdtype(x.dtype, jax.dtypes.prng_key) else x)
+            for x in jax.tree.leaves(tree)]
+
+
+@pytest.mark.parametrize("env", [AutoReset(CartPole()), AutoReset(CountingEnv(terminate_at=100, limit=3))],
+                         ids=["cartpole-terminations", "truncations"])
+def test_step_batch_is_vmapped_step_with_resets_only_where_an_episode_ended(env):
+    state, _ = jax.vmap(env.reset)(jax.random.split(jax.random.key(0), 4))
+    batch_state, vmapped = jax.jit(env.step_batch), jax.jit(jax.vmap(env.step))
+    ours, theirs, steps_with_a_restart = state, state, 0
+    for i in range(120):
+        action = jax.random.randint(jax.random.key(i), (4,), 0, 2)
+        ours, our_ts = batch_state(ours, action)
+        theirs, their_ts = vmapped(theirs, action)
+        for a, b in zip(_as_arrays((ours, our_ts)), _as_arrays((theirs, their_ts))):
+            np.testing.assert_array_equal(a, b)
+        steps_with_a_restart += bool(jnp.any(their_ts.discount == 0) | jnp.any(~their_ts.valid))
+    assert 0 < steps_with_a_restart < 120  # both branches taken
+    hlo = batch_state.lower(state, jnp.zeros(4, jnp.int32)).compile().as_text()
+    assert " conditional(" in hlo  # the resets' work runs only on the steps that need it
+
+
 def test_gymnax_cartpole_agrees_with_ours():
     ours, theirs = envs.make("cartpole"), envs.make("gymnax:CartPole-v1")
     assert ours.spec == theirs.spec and theirs.max_episode_steps == 500
