@@ -22,14 +22,27 @@ def resolve_unroll(choice: str) -> bool | int:
     return True if choice == "unroll" else 1
 
 
-def random_permutation(key: jax.Array, n: int) -> jax.Array:
-    """A random permutation of ``range(n)``: the order of ``n`` uniform draws.
+# Up to 2**16 elements, a permutation is one sort of 32-bit words: random bits above each element's index.
+PACKED_PERMUTATION_MAX = 2**16
 
-    ``lax.top_k`` sorts the draws alone, where ``jax.random.permutation`` sorts
-    (key, index) pairs: about 15x faster on XLA:CPU. Draws that tie (23 random
-    bits each) keep their index order, a negligible bias.
+
+def random_permutation(key: jax.Array, n: int) -> jax.Array:
+    """A random permutation of ``range(n)``: the indices in the order of ``n`` random draws.
+
+    Up to :data:`PACKED_PERMUTATION_MAX` elements each draw is a 32-bit word whose low bits are the element's
+    index and whose high bits (at least 16) are random, and one sort of those words is the permutation. A sort
+    of one operand is the cheapest XLA:CPU has: measured on 2 cores, 18 us for 512 elements where
+    ``lax.top_k``'s sort of (draw, index) pairs took 64 us (338 vs 1,311 us for 8,192), and
+    ``jax.random.permutation`` sorts pairs too. PPO shuffles every epoch: CartPole at 4 envs x 128 steps ran
+    188K -> 238K steps/s, at 64 envs 271K -> 312K. Draws that tie keep their index order, a negligible bias.
+    Beyond that size, ``lax.top_k`` of uniform draws (23 random bits each).
     """
-    return jax.lax.top_k(jax.random.uniform(key, (n,)), n)[1]
+    index_bits = max(1, (n - 1).bit_length())
+    if n > PACKED_PERMUTATION_MAX:
+        return jax.lax.top_k(jax.random.uniform(key, (n,)), n)[1]
+    draws = jax.random.bits(key, (n,), jnp.uint32) >> index_bits
+    words = (draws << index_bits) | jnp.arange(n, dtype=jnp.uint32)
+    return (jax.lax.sort(words) & ((1 << index_bits) - 1)).astype(jnp.int32)
 
 
 def shuffled_minibatches(

@@ -1,4 +1,5 @@
-"""The host-side parts on their own: the parameter store, the thread group, the run log's resume, minibatches."""
+"""The host-side parts on their own: the parameter store, the thread group, the run log's resume, minibatches
+and their shuffles."""
 
 import json
 import threading
@@ -9,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from agents.sgd import resolve_unroll, shuffled_minibatches
+from agents.sgd import PACKED_PERMUTATION_MAX, random_permutation, resolve_unroll, shuffled_minibatches
 from podracer.runlog import METRICS_FILE, RunLog, read_records
 from podracer.signals import StopRequested
 from sebulba import lifecycle
@@ -129,6 +130,29 @@ def test_shuffled_minibatches_visit_every_sample_once_per_epoch_in_a_new_order()
     assert len({tuple(order) for order in orders}) == epochs  # each epoch shuffles anew
     with pytest.raises(ValueError, match="5 minibatches do not divide a batch of 12"):
         shuffled_minibatches(step, 0, batch, jax.random.key(0), 1, 5)
+
+
+@pytest.mark.parametrize("n", [1, 2, 7, 512, PACKED_PERMUTATION_MAX, PACKED_PERMUTATION_MAX + 1])
+def test_random_permutation_is_a_permutation_on_either_path(n):
+    order = np.asarray(jax.jit(random_permutation, static_argnums=1)(jax.random.key(n), n))
+    assert order.dtype == np.int32 and sorted(order.tolist()) == list(range(n))
+    if n > 2:
+        assert not np.array_equal(order, np.arange(n))
+
+
+def test_random_permutation_puts_every_element_first_about_equally_often():
+    n, draws = 8, 8000
+    firsts = jax.jit(jax.vmap(lambda key: random_permutation(key, n)[0]))(jax.random.split(jax.random.key(0), draws))
+    counts = np.bincount(np.asarray(firsts), minlength=n)
+    expected, sd = draws / n, np.sqrt(draws * (1 / n) * (1 - 1 / n))
+    assert np.all(np.abs(counts - expected) < 5 * sd), counts  # 1000 +- 148
+
+
+def test_a_small_random_permutation_is_one_sort_of_one_operand():
+    jaxpr = jax.make_jaxpr(lambda key: random_permutation(key, 512))(jax.random.key(0))
+    sorts = [eqn for eqn in jaxpr.jaxpr.eqns if eqn.primitive.name == "sort"]
+    assert len(sorts) == 1 and len(sorts[0].invars) == 1
+    assert not any(eqn.primitive.name == "top_k" for eqn in jaxpr.jaxpr.eqns)
 
 
 def test_a_torn_last_metrics_line_is_dropped_with_a_warning(tmp_path, capsys):
