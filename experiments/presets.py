@@ -24,7 +24,7 @@ ANAKIN_PRESETS: dict[str, dict] = {
         "agent_config": {},
     },
     "catch_ppo": {
-        "about": "PPO on the paper's Catch (10x5), as in DeepMind's Anakin colab; training return 0.996-0.997 and "
+        "about": "PPO on the paper's Catch (10x5), as in DeepMind's Anakin colab; training return 0.991-1.0 and "
                  "greedy evaluation 1.0 at 200k steps (seeds 0-2)",
         "agent": "ppo",
         "env": "catch",
@@ -32,7 +32,7 @@ ANAKIN_PRESETS: dict[str, dict] = {
         "agent_config": {"learning_rate": 1e-3, "num_epochs": 2, "num_minibatches": 2},
     },
     "catch_impala": {
-        "about": "IMPALA/V-trace on Catch; training return 0.986-0.994 and greedy evaluation 1.0 at 300k steps "
+        "about": "IMPALA/V-trace on Catch; training return 0.985-0.994 and greedy evaluation 1.0 at 300k steps "
                  "(seeds 0-2)",
         "agent": "impala",
         "env": "catch",
@@ -61,7 +61,7 @@ ANAKIN_PRESETS: dict[str, dict] = {
     "pendulum_ppo": {
         "about": "PPO with a Gaussian policy on gymnax's Pendulum-v1 (CleanRL's continuous settings: 10 epochs x 32 "
                  "minibatches, no entropy bonus; observations normalised, rewards x 0.1); at 1M steps training return "
-                 "-152 and greedy evaluation -178 (seeds 0-2; gymnax-blines' PPO: -130)",
+                 "-163 and greedy evaluation -195 (seeds 0-2; gymnax-blines' PPO: -130)",
         "agent": "ppo",
         "env": "gymnax:Pendulum-v1",
         "anakin": {"num_envs": 16, "rollout_len": 128, "total_env_steps": 1_000_000},
@@ -71,7 +71,7 @@ ANAKIN_PRESETS: dict[str, dict] = {
     "inverted_pendulum_ppo": {
         "about": "PPO with a Gaussian policy on Brax's inverted_pendulum (needs the brax extra); the settings of "
                  "benchmark_brax.py: 64 envs x 16 steps, 4 epochs x 4 minibatches, observations normalised; at 600k "
-                 "steps training returns 974 / 969 / 973 of 1000 (seeds 0-2), each passing 800 by 172k",
+                 "steps training returns 1000 / 960 / 1000 of 1000 (seeds 0-2), each passing 800 by 201k",
         "agent": "ppo",
         "env": "brax:inverted_pendulum",
         "anakin": {"num_envs": 64, "rollout_len": 16, "total_env_steps": 600_000},
@@ -80,7 +80,7 @@ ANAKIN_PRESETS: dict[str, dict] = {
     },
     "acrobot_ppo": {
         "about": "PPO on gymnax's Acrobot-v1 with PureJaxRL's CartPole settings (4 envs x 128 steps); at 500k steps "
-                 "its training return is -85 and its greedy evaluation -78 (seeds 0-2; gymnax-blines' PPO: -80)",
+                 "its training return is -84 and its greedy evaluation -79 (seeds 0-2; gymnax-blines' PPO: -80)",
         "agent": "ppo",
         "env": "gymnax:Acrobot-v1",
         "anakin": {"num_envs": 4, "rollout_len": 128, "total_env_steps": 500_000},
@@ -154,7 +154,7 @@ def _fixed(sebulba: dict, agent_config: dict):
 
 SEBULBA_PRESETS: dict[str, dict] = {
     "cartpole_ppo": {
-        "about": "PPO on envpool's CartPole-v1, 1 actor thread x 16 envs; at 300k steps training returns 473 / 500 / "
+        "about": "PPO on envpool's CartPole-v1, 1 actor thread x 16 envs; at 300k steps training returns 500 / 500 / "
                  "500 and greedy evaluation 500 (seeds 0-2)",
         "agent": "ppo",
         "env": "CartPole-v1",
@@ -163,7 +163,7 @@ SEBULBA_PRESETS: dict[str, dict] = {
     },
     "cartpole_impala": {
         "about": "IMPALA/V-trace on envpool's CartPole-v1, 1 actor thread x 16 envs; at 300k steps seeds 0/1/2 end "
-                 "at training returns 428 / 165 / 213 (greedy evaluation 316 on average): it learns, not reliably "
+                 "at training returns 256 / 250 / 237 (greedy evaluation 406 on average): it learns, not reliably "
                  "to 500",
         "agent": "impala",
         "env": "CartPole-v1",
@@ -181,7 +181,7 @@ SEBULBA_PRESETS: dict[str, dict] = {
     },
     "cartpole_muzero": {
         "about": "MuZero on envpool's CartPole-v1, search on the actor device, replay sharded over the learners; "
-                 "passes a return of 300 after 50-90k steps and ends at 460-480 at 250k (seeds 0-2)",
+                 "passes a return of 300 after 70-100k steps and ends at 400-500 at 250k (seeds 0-2; throughput mode, so runs vary)",
         "agent": "muzero",
         "env": "CartPole-v1",
         "fit": _fixed({"actor_threads": 1, "envs_per_thread": 16, "rollout_len": 16, "total_env_steps": 250_000},
@@ -198,8 +198,8 @@ SEBULBA_PRESETS: dict[str, dict] = {
     "halfcheetah_ppo": {
         "about": "PPO with a Gaussian policy on envpool's MuJoCo HalfCheetah-v4 (CleanRL's continuous settings with "
                  "16 envs x 64 steps, 10 epochs x 16 minibatches, no entropy bonus, initial log-std -0.5; "
-                 "observations normalised, rewards x 0.1; reproducible sync); at 1M steps training returns 3910 / 5497 / "
-                 "4289 (seeds 0-2; CleanRL's PPO: about 1500-1900)",
+                 "observations normalised, rewards x 0.1; reproducible sync); at 1M steps training returns 3974 / 3743 / "
+                 "3134 (seeds 0-2; CleanRL's PPO: about 1500-1900)",
         "agent": "ppo",
         "env": "HalfCheetah-v4",
         "fit": _fixed({"actor_threads": 1, "envs_per_thread": 16, "env_batches": 1, "rollout_len": 64,
