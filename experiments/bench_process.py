@@ -108,7 +108,6 @@ def report(lines: list[str], out: str) -> None:
         f.write(new)
 
 
-
 XPROF_FLAG = "--xla_cpu_enable_xprof_traceme=true"  # XLA:CPU names each kernel it runs in a profiler trace
 
 
