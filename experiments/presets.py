@@ -89,7 +89,7 @@ ANAKIN_PRESETS: dict[str, dict] = {
     "minatar_ppo": {
         "about": "PPO on gymnax's MinAtar games (default Breakout) with PureJaxRL's MinAtar settings: 64 envs x 128 "
                  "steps, 4 epochs x 8 minibatches, learning rate 5e-3, a 64-64 ReLU MLP; at 5M steps Breakout's "
-                 "training return is 41.8 (seeds 0-2; gymnax-blines' PPO: 28), Asterix's 5.5 (gymnax-blines: 15)",
+                 "training return is 35.5 (seeds 0-2; gymnax-blines' PPO: 28), Asterix's 4.8 (gymnax-blines: 15)",
         "agent": "ppo",
         "env": "gymnax:Breakout-MinAtar",
         "anakin": {"num_envs": 64, "rollout_len": 128, "total_env_steps": 5_000_000},
