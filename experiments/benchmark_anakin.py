@@ -43,6 +43,7 @@ ACCELERATOR_ENVS = (1024, 8192, 65536)  # --accelerator: over every device of th
 ROLLOUT_LEN = 128
 PARTS_ENVS = (4, 64)  # where an update's time goes, at PureJaxRL's batch and the 64-env one
 PARTS_CALLS = 50
+PARTS_TRACED_CALLS = 10  # learner calls in the profiler trace of its kernels
 MATMUL = 1024
 SWEEP_STEPS = 1_000_000  # per measurement, rounded up to whole updates (at least two)
 PUREJAXRL_CARTPOLE = {  # the `__main__` config of purejaxrl/ppo.py, with DEBUG off
@@ -129,7 +130,7 @@ def parts_worker(args) -> None:
     learn_s = seconds(learn, *learn_args)
     flops = unrolled_learn.lower(*learn_args).compile().cost_analysis()
     flops = (flops[0] if isinstance(flops, list) else flops)["flops"]
-    kernels = bench_process.kernel_times(learn, learn_args, calls=10) or {}
+    kernels = bench_process.kernel_times(learn, learn_args, calls=PARTS_TRACED_CALLS) or {}
     matmul_s = seconds(matmul, a, b, calls=10)
     print("BENCH " + json.dumps({
         "mode": "parts", "num_envs": args.num_envs, "rollout_ms": 1e3 * rollout_s, "learn_ms": 1e3 * learn_s,
@@ -339,7 +340,8 @@ def main() -> None:
             f"over {PARTS_CALLS} calls): the rollout ({ROLLOUT_LEN} steps of PPO acting and CartPole) and `Agent.learn` "
             "on its trajectory. The learner's arithmetic rate is XLA's flop count of the learn (compiled with its "
             f"minibatch loop unrolled, so that every gradient step is counted) over its time, beside a {MATMUL} x "
-            f"{MATMUL} float32 matmul's on the same device. Its kernels are from a profiler trace of 10 calls: "
+            f"{MATMUL} float32 matmul's on the same device. Its kernels are from a profiler trace of "
+            f"{PARTS_TRACED_CALLS} calls: "
             "those that multiply matrices (dots and the fusions that hold one) apart from every other, with their "
             "time summed over the cores (XLA:CPU runs independent kernels at the same time; tracing adds a little "
             "to each).",
