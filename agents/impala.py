@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import chex
 import jax
@@ -20,11 +21,14 @@ from podracer.types import Agent, BatchShape, EnvSpec, Trajectory
 @dataclasses.dataclass(frozen=True)
 class ImpalaConfig(ActorCriticConfig):
     learning_rate: float = knob(6e-4, "learning rate")
-    vtrace_lambda: float = knob(1.0, "V-trace lambda (trace mixing)")
+    # 0.95 rather than rlax's 1: on Anakin's on-policy data (rho = 1) lambda 1 makes V-trace's advantages
+    # T-step Monte-Carlo returns, and CartPole stalled near 320 where 0.95 reaches 500 (docs/results.md).
+    vtrace_lambda: float = knob(0.95, "V-trace lambda (trace mixing)")
     clip_rho: float = knob(1.0, "V-trace clipping of importance ratios for the value targets")
     clip_pg_rho: float = knob(1.0, "V-trace clipping of importance ratios for the policy gradient")
-    num_minibatches: int = knob(1, "gradient steps per batch, each on an equal share of its sequences (shuffled; "
-                                "Cleanba's IMPALA takes 4)", minimum=1)
+    num_minibatches: int = knob(0, "gradient steps per batch, each on an equal share of its sequences (shuffled; "
+                                "Cleanba's IMPALA takes 4); 0: 4, or the largest of 2 and 1 that divides the "
+                                "sequences per replica", minimum=0)
     summed_loss: bool = knob(False, "sum the loss over a gradient step's steps and sequences instead of averaging "
                              "it: the IMPALA paper's and Cleanba's scale, which sets what --max-grad-norm and "
                              "--rmsprop-eps mean")
@@ -60,9 +64,21 @@ def vtrace_loss(
     return loss, metrics
 
 
+DEFAULT_MINIBATCHES = 4  # Cleanba's IMPALA; one step per batch learnt CartPole to ~200 where 4 reach 500
+
+
+def resolve_minibatches(config: ImpalaConfig, envs_per_replica: int | None) -> int:
+    """Gradient steps per batch: ``--num-minibatches``, or with 0 the largest of 4, 2, 1 dividing the sequences
+    each replica learns from (4 where that number is not known yet)."""
+    if config.num_minibatches:
+        return config.num_minibatches
+    return math.gcd(DEFAULT_MINIBATCHES, envs_per_replica) if envs_per_replica else DEFAULT_MINIBATCHES
+
+
 def make_impala(config: ImpalaConfig, spec: EnvSpec, shape: BatchShape = BatchShape()) -> Agent:
-    """An IMPALA :class:`Agent`: ``num_minibatches`` gradient steps per trajectory batch (one by default)."""
-    steps = shape.num_updates * config.num_minibatches if shape.num_updates else None
+    """An IMPALA :class:`Agent`: :func:`resolve_minibatches` gradient steps per trajectory batch."""
+    minibatches = resolve_minibatches(config, shape.envs_per_replica)
+    steps = shape.num_updates * minibatches if shape.num_updates else None
     parts = actor_critic.build(config, spec, steps)
     policy = parts.policy
     unroll = resolve_unroll(config.minibatch_loop)
@@ -76,17 +92,18 @@ def make_impala(config: ImpalaConfig, spec: EnvSpec, shape: BatchShape = BatchSh
 
     def learn(state: LearnerState, traj: Trajectory, key: jax.Array):
         state, traj = actor_critic.prepare_batch(parts, state, traj)
-        if config.num_minibatches == 1:  # the whole batch, in its order: deterministic given the trajectory
+        num_envs = traj.reward.shape[1]
+        num_minibatches = resolve_minibatches(config, num_envs)
+        if num_minibatches == 1:  # the whole batch, in its order: deterministic given the trajectory
             state, metrics = actor_critic.gradient_step(loss_fn, parts.optimizer, state, traj)
         else:
-            num_envs = traj.reward.shape[1]
-            if num_envs % config.num_minibatches:
+            if num_envs % num_minibatches:
                 raise ValueError(
                     f"IMPALA: each replica learns from {num_envs} sequences, which --num-minibatches "
-                    f"{config.num_minibatches} does not divide; pick a divisor of that number, or change the "
+                    f"{num_minibatches} does not divide; pick a divisor of that number, or change the "
                     "environments per replica (anakin: --num-envs; sebulba: --envs-per-thread)"
                 )
-            shares = random_permutation(key, num_envs).reshape(config.num_minibatches, -1)
+            shares = random_permutation(key, num_envs).reshape(num_minibatches, -1)
 
             def sgd_step(state: LearnerState, share: jax.Array):  # share: [B / num_minibatches] sequence indices
                 # Gathered along the env axis, the minibatch stays time-major: a batch-major copy swapped back

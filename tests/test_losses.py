@@ -90,7 +90,8 @@ def test_impala_loss_matches_vtrace_reference():
         obs=None, action=action, reward=rng.normal(size=(t, b)).astype(np.float32),
         discount=np.ones((t, b), np.float32), valid=np.ones((t, b), bool), extras={"log_prob": behaviour_logp},
     )
-    cfg = ImpalaConfig(gamma=0.9)
+    cfg = ImpalaConfig(gamma=0.9)  # and the default lambda (0.95): traces c_t = lambda * min(1, rho_t)
+    lam = cfg.vtrace_lambda
     log_prob, entropy = CategoricalPolicy(a).log_prob_and_entropy(logits, action, {})
     loss, metrics = single_replica(lambda lp, e, v, tr: vtrace_loss(lp, e, v, tr, cfg))(log_prob, entropy, values, traj)
 
@@ -100,13 +101,14 @@ def test_impala_loss_matches_vtrace_reference():
     policy_terms, value_terms = [], []
     for j in range(b):
         vs = values[:-1, j].astype(np.float64).copy()
-        for s in range(t):  # vs_s = V(x_s) + sum_t gamma^(t-s) (prod c) rho_t delta_t
+        for s in range(t):  # vs_s = V(x_s) + sum_t gamma^(t-s) (prod c) rho_t delta_t, with the paper's lambda
             weight = 1.0
             for k in range(s, t):
                 delta = min(1.0, rho[k, j]) * (traj.reward[k, j] + 0.9 * values[k + 1, j] - values[k, j])
                 vs[s] += weight * delta
-                weight *= 0.9 * min(1.0, rho[k, j])
-        next_vs = np.append(vs[1:], values[-1, j])
+                weight *= 0.9 * lam * min(1.0, rho[k, j])
+        # the policy gradient bootstraps from lambda * vs + (1 - lambda) * V (rlax's V-trace with lambda)
+        next_vs = np.append(lam * vs[1:] + (1 - lam) * values[1:-1, j], values[-1, j])
         pg_adv = np.minimum(1.0, rho[:, j]) * (traj.reward[:, j] + 0.9 * next_vs - values[:-1, j])
         policy_terms.append(-logp[:, j] * pg_adv)
         value_terms.append(0.5 * (vs - values[:-1, j]) ** 2)
