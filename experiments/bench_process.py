@@ -8,7 +8,7 @@ import os
 import re
 import subprocess
 import sys
-from typing import Callable
+from collections.abc import Callable
 
 from podracer.evaluation import OFF
 
@@ -16,15 +16,19 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NO_EVALUATION = OFF  # benchmarks time training; a final evaluation only adds wall time
 
 
-ACCELERATOR_HELP = ("on a GPU or TPU host: accelerator-sized batches on its own devices; the tables go to "
-                    "sections of their own ('... on an accelerator'), beside the CPU ones")
+ACCELERATOR_HELP = (
+    "on a GPU or TPU host: accelerator-sized batches on its own devices; the tables go to "
+    "sections of their own ('... on an accelerator'), beside the CPU ones"
+)
 
 
 def parser(doc: str) -> argparse.ArgumentParser:
     """The flags every benchmark script takes: ``--quick``, ``--out``, ``--accelerator`` and the hidden ``--worker``."""
     result = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     result.add_argument("--quick", action="store_true", help="fewer configurations")
-    result.add_argument("--out", default="docs/benchmarks.md", help="markdown file to write this benchmark's section into ('' for none)")
+    result.add_argument(
+        "--out", default="docs/benchmarks.md", help="markdown file to write this benchmark's section into ('' for none)"
+    )
     result.add_argument("--accelerator", action="store_true", help=ACCELERATOR_HELP)
     result.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     return result
@@ -39,7 +43,10 @@ def worker_env(devices: int | None) -> dict:
     """The environment of a measurement process: ``devices`` simulated CPU devices, or (None) the host's own."""
     if devices is None:
         return {**os.environ, "PODRACER_BENCH_ACCELERATOR": "1"}
-    return {**os.environ, "XLA_FLAGS": f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={devices}"}
+    return {
+        **os.environ,
+        "XLA_FLAGS": f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={devices}",
+    }
 
 
 def refuse_cpu_only_host(parser: argparse.ArgumentParser) -> None:
@@ -57,8 +64,10 @@ def check_accelerator() -> None:
     import jax
 
     if os.environ.get("PODRACER_BENCH_ACCELERATOR") and jax.default_backend() == "cpu":
-        raise SystemExit("--accelerator: JAX found no GPU or TPU on this host (its backend is cpu); "
-                         "run without --accelerator for the CPU tables")
+        raise SystemExit(
+            "--accelerator: JAX found no GPU or TPU on this host (its backend is cpu); "
+            "run without --accelerator for the CPU tables"
+        )
 
 
 def measure(script: str, kind: str, devices: int | None = 2, **spec) -> dict:
@@ -69,13 +78,15 @@ def measure(script: str, kind: str, devices: int | None = 2, **spec) -> dict:
     for line in out.stdout.splitlines():
         if line.startswith("BENCH "):
             print(line, flush=True)
-            return json.loads(line[len("BENCH "):])
+            return json.loads(line[len("BENCH ") :])
     raise RuntimeError(f"{kind} {spec} failed:\n{out.stderr[-3000:]}")
 
 
 def serve(spec_json: str, measurements: dict[str, Callable[..., dict]]) -> None:
     """The worker side: runs the measurement ``spec_json`` names and prints its BENCH line."""
-    import sebulba  # noqa: F401 - before JAX starts: its dispatch setting, as `podracer` runs
+    from podracer.sebulba import prefer_synchronous_cpu_dispatch
+
+    prefer_synchronous_cpu_dispatch()  # before JAX starts, as `podracer` runs
     check_accelerator()
     spec = json.loads(spec_json)
     result = measurements[spec.pop("kind")](**spec)
@@ -167,8 +178,9 @@ def kernel_times(fn, args: tuple, calls: int) -> dict | None:
             out = fn(*args)
         jax.block_until_ready(out)
         jax.profiler.stop_trace()
-        traces = [os.path.join(d, f) for d, _, files in os.walk(trace_dir) for f in files
-                  if f == "perfetto_trace.json.gz"]
+        traces = [
+            os.path.join(d, f) for d, _, files in os.walk(trace_dir) for f in files if f == "perfetto_trace.json.gz"
+        ]
         events = json.load(gzip.open(traces[0])) if traces else []
     events = events.get("traceEvents", []) if isinstance(events, dict) else events
     totals = {"matmul_us": 0.0, "matmul_kernels": 0, "other_us": 0.0, "other_kernels": 0}

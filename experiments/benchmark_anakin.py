@@ -47,9 +47,20 @@ PARTS_TRACED_CALLS = 10  # learner calls in the profiler trace of its kernels
 MATMUL = 1024
 SWEEP_STEPS = 1_000_000  # per measurement, rounded up to whole updates (at least two)
 PUREJAXRL_CARTPOLE = {  # the `__main__` config of purejaxrl/ppo.py, with DEBUG off
-    "LR": 2.5e-4, "NUM_STEPS": ROLLOUT_LEN, "UPDATE_EPOCHS": 4, "NUM_MINIBATCHES": 4, "GAMMA": 0.99,
-    "GAE_LAMBDA": 0.95, "CLIP_EPS": 0.2, "ENT_COEF": 0.01, "VF_COEF": 0.5, "MAX_GRAD_NORM": 0.5,
-    "ACTIVATION": "tanh", "ENV_NAME": "CartPole-v1", "ANNEAL_LR": True, "DEBUG": False,
+    "LR": 2.5e-4,
+    "NUM_STEPS": ROLLOUT_LEN,
+    "UPDATE_EPOCHS": 4,
+    "NUM_MINIBATCHES": 4,
+    "GAMMA": 0.99,
+    "GAE_LAMBDA": 0.95,
+    "CLIP_EPS": 0.2,
+    "ENT_COEF": 0.01,
+    "VF_COEF": 0.5,
+    "MAX_GRAD_NORM": 0.5,
+    "ACTIVATION": "tanh",
+    "ENV_NAME": "CartPole-v1",
+    "ANNEAL_LR": True,
+    "DEBUG": False,
 }
 
 
@@ -57,27 +68,45 @@ def worker(args) -> None:
     """One measurement, in this process: prints one BENCH line."""
     import jax
 
-    import envs
-    from agents import PPOConfig, make_random_policy
+    from podracer import envs
+    from podracer.agents import PPOConfig, make_random_policy
+
     bench_process.check_accelerator()
-    from anakin import AnakinConfig, train, train_agent
+    from podracer.anakin import AnakinConfig, train, train_agent
 
     steps = max(args.total, 2 * args.num_envs * ROLLOUT_LEN)
     # 20 log windows: the last one's mean return says where learning ended (the host calls cost ~nothing).
-    config = AnakinConfig(num_envs=args.num_envs, rollout_len=ROLLOUT_LEN, total_env_steps=steps,
-                          num_devices=args.devices, log_interval=steps // 20)
+    config = AnakinConfig(
+        num_envs=args.num_envs,
+        rollout_len=ROLLOUT_LEN,
+        total_env_steps=steps,
+        num_devices=args.devices,
+        log_interval=steps // 20,
+    )
     if args.mode == "train":
         result = train("ppo", PPOConfig(), "cartpole", config, quiet=True, evaluation=bench_process.NO_EVALUATION)
     else:
         env = envs.make("cartpole")
-        result = train_agent(make_random_policy(env.spec), env, config, quiet=True, evaluation=bench_process.NO_EVALUATION)
-    print("BENCH " + json.dumps({
-        "mode": args.mode, "devices": args.devices or jax.device_count(), "num_envs": args.num_envs,
-        "env_steps": result.env_steps,
-        "compile_s": round(result.compile_seconds, 2), "train_s": round(result.train_seconds, 3),
-        "sps": round(result.env_steps / result.train_seconds), "backend": jax.default_backend(),
-        "final_return": result.records[-1]["episode_return"],
-    }), flush=True)
+        result = train_agent(
+            make_random_policy(env.spec), env, config, quiet=True, evaluation=bench_process.NO_EVALUATION
+        )
+    print(
+        "BENCH "
+        + json.dumps(
+            {
+                "mode": args.mode,
+                "devices": args.devices or jax.device_count(),
+                "num_envs": args.num_envs,
+                "env_steps": result.env_steps,
+                "compile_s": round(result.compile_seconds, 2),
+                "train_s": round(result.train_seconds, 3),
+                "sps": round(result.env_steps / result.train_seconds),
+                "backend": jax.default_backend(),
+                "final_return": result.records[-1]["episode_return"],
+            }
+        ),
+        flush=True,
+    )
 
 
 def parts_worker(args) -> None:
@@ -92,9 +121,9 @@ def parts_worker(args) -> None:
     import jax.numpy as jnp
     from jax.sharding import PartitionSpec as P
 
-    import envs
-    from agents import PPOConfig, make_ppo
-    from anakin.program import rollout
+    from podracer import envs
+    from podracer.agents import PPOConfig, make_ppo
+    from podracer.anakin.program import rollout
     from podracer.parallel import device_mesh, shard_map
     from podracer.types import BatchShape
 
@@ -109,8 +138,11 @@ def parts_worker(args) -> None:
     def on_one_device(fn):
         return jax.jit(shard_map(fn, mesh, in_specs=P(), out_specs=P()))
 
-    run_rollout = on_one_device(lambda state, env_state, obs, key: rollout(
-        agent, env, ROLLOUT_LEN, agent.actor_params(state), env_state, obs, key))
+    run_rollout = on_one_device(
+        lambda state, env_state, obs, key: rollout(
+            agent, env, ROLLOUT_LEN, agent.actor_params(state), env_state, obs, key
+        )
+    )
     learn = on_one_device(agent.learn)
     unrolled_learn = on_one_device(make_ppo(PPOConfig(minibatch_loop="unroll"), env.spec, shape).learn)
     a, b = jnp.ones((MATMUL, MATMUL)), jnp.ones((MATMUL, MATMUL))
@@ -132,12 +164,24 @@ def parts_worker(args) -> None:
     flops = (flops[0] if isinstance(flops, list) else flops)["flops"]
     kernels = bench_process.kernel_times(learn, learn_args, calls=PARTS_TRACED_CALLS) or {}
     matmul_s = seconds(matmul, a, b, calls=10)
-    print("BENCH " + json.dumps({
-        "mode": "parts", "num_envs": args.num_envs, "rollout_ms": 1e3 * rollout_s, "learn_ms": 1e3 * learn_s,
-        "learn_mflop": flops / 1e6, "learn_gflops": flops / learn_s / 1e9, "matmul_gflops": 2 * MATMUL**3 / matmul_s / 1e9,
-        "gradient_steps": config.num_epochs * config.num_minibatches, **kernels,
-        "learn_matmul_gflops": flops / (1e-6 * kernels["matmul_us"]) / 1e9 if kernels else None,
-    }), flush=True)
+    print(
+        "BENCH "
+        + json.dumps(
+            {
+                "mode": "parts",
+                "num_envs": args.num_envs,
+                "rollout_ms": 1e3 * rollout_s,
+                "learn_ms": 1e3 * learn_s,
+                "learn_mflop": flops / 1e6,
+                "learn_gflops": flops / learn_s / 1e9,
+                "matmul_gflops": 2 * MATMUL**3 / matmul_s / 1e9,
+                "gradient_steps": config.num_epochs * config.num_minibatches,
+                **kernels,
+                "learn_matmul_gflops": flops / (1e-6 * kernels["matmul_us"]) / 1e9 if kernels else None,
+            }
+        ),
+        flush=True,
+    )
 
 
 def purejaxrl_worker(args) -> None:
@@ -154,18 +198,41 @@ def purejaxrl_worker(args) -> None:
     out = jax.block_until_ready(compiled(jax.random.PRNGKey(30)))
     train_s = time.perf_counter() - start
     steps = int(config["NUM_UPDATES"]) * ROLLOUT_LEN * args.num_envs
-    print("BENCH " + json.dumps({
-        "mode": "purejaxrl", "devices": 1, "num_envs": args.num_envs, "env_steps": steps,
-        "compile_s": round(compile_s, 2), "train_s": round(train_s, 3), "sps": round(steps / train_s),
-        "backend": jax.default_backend(),
-        "final_return": float(out["metrics"]["returned_episode_returns"][-1].mean()),
-    }), flush=True)
+    print(
+        "BENCH "
+        + json.dumps(
+            {
+                "mode": "purejaxrl",
+                "devices": 1,
+                "num_envs": args.num_envs,
+                "env_steps": steps,
+                "compile_s": round(compile_s, 2),
+                "train_s": round(train_s, 3),
+                "sps": round(steps / train_s),
+                "backend": jax.default_backend(),
+                "final_return": float(out["metrics"]["returned_episode_returns"][-1].mean()),
+            }
+        ),
+        flush=True,
+    )
 
 
-def measure(mode: str, devices: int, num_envs: int, total: int, python: str = sys.executable,
-            pythonpath: str | None = None) -> dict:
-    command = [python, os.path.abspath(__file__), "--worker", "--mode", mode, "--devices", str(devices),
-               "--num-envs", str(num_envs), "--total", str(total)]
+def measure(
+    mode: str, devices: int, num_envs: int, total: int, python: str = sys.executable, pythonpath: str | None = None
+) -> dict:
+    command = [
+        python,
+        os.path.abspath(__file__),
+        "--worker",
+        "--mode",
+        mode,
+        "--devices",
+        str(devices),
+        "--num-envs",
+        str(num_envs),
+        "--total",
+        str(total),
+    ]
     env = bench_process.worker_env(devices or None)  # 0: every device of an accelerator host
     if pythonpath:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [pythonpath, os.environ.get("PYTHONPATH")]))
@@ -173,7 +240,7 @@ def measure(mode: str, devices: int, num_envs: int, total: int, python: str = sy
     for line in out.stdout.splitlines():
         if line.startswith("BENCH "):
             print(line, flush=True)
-            return json.loads(line[len("BENCH "):])
+            return json.loads(line[len("BENCH ") :])
     raise RuntimeError(f"measurement {mode}/{devices}/{num_envs} failed:\n{out.stderr[-3000:]}")
 
 
@@ -186,14 +253,16 @@ def _purejaxrl_path(checkout: str) -> str:
 
 def _checkout_name(checkout: str) -> str:
     """The checkout's git commit where it is a git checkout, else its path."""
-    out = subprocess.run(["git", "-C", checkout, "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                         check=False)
+    out = subprocess.run(
+        ["git", "-C", checkout, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
+    )
     return f"luchris429/purejaxrl at {out.stdout.strip()}" if out.returncode == 0 else f"the copy at `{checkout}`"
 
 
 def _python_jax(python: str) -> str:
-    out = subprocess.run([python, "-c", "import jax; print(jax.__version__)"], capture_output=True, text=True,
-                         check=False)
+    out = subprocess.run(
+        [python, "-c", "import jax; print(jax.__version__)"], capture_output=True, text=True, check=False
+    )
     return out.stdout.strip() or "unknown"
 
 
@@ -207,8 +276,10 @@ def machine() -> str:
     except (OSError, StopIteration):
         pass
     devices = jax.devices()
-    return (f"{cpu}, {os.cpu_count()} cores, backend {jax.default_backend()} ({devices[0].device_kind}), "
-            f"jax {jax.__version__}, python {platform.python_version()}, {time.strftime('%Y-%m-%d')}")
+    return (
+        f"{cpu}, {os.cpu_count()} cores, backend {jax.default_backend()} ({devices[0].device_kind}), "
+        f"jax {jax.__version__}, python {platform.python_version()}, {time.strftime('%Y-%m-%d')}"
+    )
 
 
 def _listed(runs: list[dict]) -> str:
@@ -227,37 +298,50 @@ def _median_compile(runs: list[dict]) -> float:
 def _kernel_cells(row: dict) -> str:
     if row.get("matmul_kernels") is None:
         return "- | -"
-    return (f"{row['matmul_kernels']:,.0f} / {row['other_kernels']:,.0f} | "
-            f"{row['matmul_us'] / 1e3:.2f} / {row['other_us'] / 1e3:.2f}")
+    return (
+        f"{row['matmul_kernels']:,.0f} / {row['other_kernels']:,.0f} | "
+        f"{row['matmul_us'] / 1e3:.2f} / {row['other_us'] / 1e3:.2f}"
+    )
 
 
 def _parts_sentence(row: dict) -> str:
     """Where the update's time goes at one batch, in words."""
     learn_share = row["learn_ms"] / (row["learn_ms"] + row["rollout_ms"])
-    sentence = (f"At {row['num_envs']} envs the learner is {learn_share:.0%} of an update, "
-                f"{row['learn_mflop'] / row['gradient_steps']:.1f} MFLOP per gradient step at "
-                f"{row['learn_gflops'] / row['matmul_gflops']:.0%} of the large matmul's rate")
+    sentence = (
+        f"At {row['num_envs']} envs the learner is {learn_share:.0%} of an update, "
+        f"{row['learn_mflop'] / row['gradient_steps']:.1f} MFLOP per gradient step at "
+        f"{row['learn_gflops'] / row['matmul_gflops']:.0%} of the large matmul's rate"
+    )
     if row.get("matmul_kernels") is None:
         return sentence + "."
     matmul_share = row["matmul_us"] / (row["matmul_us"] + row["other_us"])
-    return (sentence + f"; {matmul_share:.0%} of its kernels' time is in matrix multiplications "
-            f"({row['matmul_kernels'] / row['gradient_steps']:.0f} kernels per gradient step, "
-            f"{row['learn_matmul_gflops']:.0f} GFLOP/s of their time), the rest in the update's "
-            f"{row['other_kernels']:,.0f} other kernels.")
+    return (
+        sentence + f"; {matmul_share:.0%} of its kernels' time is in matrix multiplications "
+        f"({row['matmul_kernels'] / row['gradient_steps']:.0f} kernels per gradient step, "
+        f"{row['learn_matmul_gflops']:.0f} GFLOP/s of their time), the rest in the update's "
+        f"{row['other_kernels']:,.0f} other kernels."
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="envs 4/64/1024 on 1 and 2 devices, one headline repeat")
     parser.add_argument("--repeats", type=int, default=3, help="repeats of each headline run (median reported)")
-    parser.add_argument("--out", default="docs/benchmarks.md",
-                        help="markdown file to write this benchmark's section into ('' for none)")
+    parser.add_argument(
+        "--out", default="docs/benchmarks.md", help="markdown file to write this benchmark's section into ('' for none)"
+    )
     parser.add_argument("--accelerator", action="store_true", help=bench_process.ACCELERATOR_HELP)
     parser.add_argument("--purejaxrl", metavar="DIR", help="a PureJaxRL checkout: time its make_train alongside")
-    parser.add_argument("--purejaxrl-python", metavar="PY", default=sys.executable,
-                        help="the Python that runs PureJaxRL (default: this one)")
+    parser.add_argument(
+        "--purejaxrl-python",
+        metavar="PY",
+        default=sys.executable,
+        help="the Python that runs PureJaxRL (default: this one)",
+    )
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--mode", choices=("train", "env", "purejaxrl", "parts"), default="train", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--mode", choices=("train", "env", "purejaxrl", "parts"), default="train", help=argparse.SUPPRESS
+    )
     parser.add_argument("--devices", type=int, default=1, help=argparse.SUPPRESS)
     parser.add_argument("--num-envs", type=int, default=4, help=argparse.SUPPRESS)
     parser.add_argument("--total", type=int, default=SWEEP_STEPS, help=argparse.SUPPRESS)
@@ -275,8 +359,16 @@ def main() -> None:
         runs, references = [], []
         for _ in range(repeats):  # alternating, so that both see the same drift of the machine
             if args.purejaxrl:
-                references.append(measure("purejaxrl", 1, case["num_envs"], case["total"],
-                                          args.purejaxrl_python, _purejaxrl_path(args.purejaxrl)))
+                references.append(
+                    measure(
+                        "purejaxrl",
+                        1,
+                        case["num_envs"],
+                        case["total"],
+                        args.purejaxrl_python,
+                        _purejaxrl_path(args.purejaxrl),
+                    )
+                )
             runs.append(measure("train", 1, case["num_envs"], case["total"]))
         headline_rows.append((case, runs, references))
 
@@ -303,26 +395,32 @@ def main() -> None:
         "process). PPO on the jittable",
         f"CartPole-v1, rollout {ROLLOUT_LEN} steps, 4 epochs x 4 minibatches; steps/s are steady-state environment",
         "steps per second (CartPole has no frame-skip: a step is a frame) over the compiled calls; compilation",
-        "is reported apart. \"env only\" is the same Anakin program with a random policy that learns nothing.",
+        'is reported apart. "env only" is the same Anakin program with a random policy that learns nothing.',
         "",
     ]
-    lines += [
-        "## Against PureJaxRL's settings (1 device)",
-        "",
-        "Medians of the runs listed; the ratio is against PureJaxRL timed in the same benchmark run where it was",
-        "(`--purejaxrl`), else against the figure quoted for it on this machine type. Return at the end: podracer's",
-        "mean episode return over the last 5% of the run; PureJaxRL's `returned_episode_returns` averaged over its",
-        "last update.",
-        "",
-        "| configuration | podracer steps/s | runs | compile s | return at the end | PureJaxRL steps/s | its runs | its compile s | its return | ratio (aim 1.2x) |",
-        "|---|---|---|---|---|---|---|---|---|---|",
-    ] if headline_rows else []
+    lines += (
+        [
+            "## Against PureJaxRL's settings (1 device)",
+            "",
+            "Medians of the runs listed; the ratio is against PureJaxRL timed in the same benchmark run where it was",
+            "(`--purejaxrl`), else against the figure quoted for it on this machine type. Return at the end: podracer's",
+            "mean episode return over the last 5% of the run; PureJaxRL's `returned_episode_returns` averaged over its",
+            "last update.",
+            "",
+            "| configuration | podracer steps/s | runs | compile s | return at the end | PureJaxRL steps/s | its runs | its compile s | its return | ratio (aim 1.2x) |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        if headline_rows
+        else []
+    )
     for case, runs, references in headline_rows:
         median = statistics.median(r["sps"] for r in runs)
         if references:
             reference = statistics.median(r["sps"] for r in references)
-            reference_cells = (f"{reference:,.0f} (timed here) | {_listed(references)} | "
-                               f"{_median_compile(references):.1f} | {_final_return(references)}")
+            reference_cells = (
+                f"{reference:,.0f} (timed here) | {_listed(references)} | "
+                f"{_median_compile(references):.1f} | {_final_return(references)}"
+            )
         else:
             reference = case["quoted_sps"]
             reference_cells = f"{reference:,} (quoted) | - | - | -"
@@ -331,8 +429,11 @@ def main() -> None:
             f"{_final_return(runs)} | {reference_cells} | {median / reference:.2f}x |"
         )
     if args.purejaxrl:
-        lines += ["", f"PureJaxRL here: `purejaxrl/ppo.py` from {_checkout_name(args.purejaxrl)}, unmodified, run by "
-                  f"`--purejaxrl-python` (jax {_python_jax(args.purejaxrl_python)})."]
+        lines += [
+            "",
+            f"PureJaxRL here: `purejaxrl/ppo.py` from {_checkout_name(args.purejaxrl)}, unmodified, run by "
+            f"`--purejaxrl-python` (jax {_python_jax(args.purejaxrl_python)}).",
+        ]
     if parts:
         lines += [
             "",
@@ -351,9 +452,12 @@ def main() -> None:
             "other, ms |",
             "|---|---|---|---|---|---|---|---|---|---|",
         ]
-        lines += [f"| {r['num_envs']} | {r['rollout_ms']:.2f} | {r['learn_ms']:.2f} | {r['gradient_steps']} | "
-                  f"{1e3 * r['learn_ms'] / r['gradient_steps']:,.0f} | {r['learn_mflop']:,.0f} | "
-                  f"{r['learn_gflops']:.0f} | {r['matmul_gflops']:.0f} | {_kernel_cells(r)} |" for r in parts]
+        lines += [
+            f"| {r['num_envs']} | {r['rollout_ms']:.2f} | {r['learn_ms']:.2f} | {r['gradient_steps']} | "
+            f"{1e3 * r['learn_ms'] / r['gradient_steps']:,.0f} | {r['learn_mflop']:,.0f} | "
+            f"{r['learn_gflops']:.0f} | {r['matmul_gflops']:.0f} | {_kernel_cells(r)} |"
+            for r in parts
+        ]
         lines += ["", " ".join(_parts_sentence(r) for r in parts)]
     lines += [
         "",
@@ -368,9 +472,11 @@ def main() -> None:
     for (devices, num_envs, mode), row in sweep.items():
         if mode == "train":
             env_row = sweep[(devices, num_envs, "env")]
-            lines.append(f"| {row['devices']} | {num_envs} | {row['sps']:,} | {env_row['sps']:,} | "
-                         f"{row['compile_s']:.1f} |")
+            lines.append(
+                f"| {row['devices']} | {num_envs} | {row['sps']:,} | {env_row['sps']:,} | {row['compile_s']:.1f} |"
+            )
     bench_process.report(lines, args.out)
+
 
 if __name__ == "__main__":
     main()

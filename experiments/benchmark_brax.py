@@ -41,8 +41,15 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from experiments import bench_process  # noqa: E402
 
 SETTINGS = {  # what both sides share
-    "learning_rate": 3e-4, "num_epochs": 4, "num_minibatches": 4, "gamma": 0.97, "gae_lambda": 0.95,
-    "clip_eps": 0.2, "entropy_coef": 1e-3, "max_grad_norm": 1.0, "rollout_len": 16,
+    "learning_rate": 3e-4,
+    "num_epochs": 4,
+    "num_minibatches": 4,
+    "gamma": 0.97,
+    "gae_lambda": 0.95,
+    "clip_eps": 0.2,
+    "entropy_coef": 1e-3,
+    "max_grad_norm": 1.0,
+    "rollout_len": 16,
 }
 CASES = [  # (brax env, backend, num_envs, env steps)
     ("inverted_pendulum", "generalized", 64, 300_000),
@@ -54,23 +61,43 @@ CHECKPOINTS = 5  # log windows / Brax evaluations after the start
 
 
 def _podracer(env: str, backend: str, num_envs: int, steps: int) -> dict:
-    from agents import PPOConfig
-    from anakin import AnakinConfig, train
+    from podracer.agents import PPOConfig
+    from podracer.anakin import AnakinConfig, train
 
     s = SETTINGS
     agent_config = PPOConfig(
-        learning_rate=s["learning_rate"], num_epochs=s["num_epochs"], num_minibatches=s["num_minibatches"],
-        gamma=s["gamma"], gae_lambda=s["gae_lambda"], clip_eps=s["clip_eps"], entropy_coef=s["entropy_coef"],
-        max_grad_norm=s["max_grad_norm"], anneal_lr=False, clip_value=False, normalize_observations=True,
-        log_std="network", action_bounds="tanh", hidden_sizes=(64, 64))
+        learning_rate=s["learning_rate"],
+        num_epochs=s["num_epochs"],
+        num_minibatches=s["num_minibatches"],
+        gamma=s["gamma"],
+        gae_lambda=s["gae_lambda"],
+        clip_eps=s["clip_eps"],
+        entropy_coef=s["entropy_coef"],
+        max_grad_norm=s["max_grad_norm"],
+        anneal_lr=False,
+        clip_value=False,
+        normalize_observations=True,
+        log_std="network",
+        action_bounds="tanh",
+        hidden_sizes=(64, 64),
+    )
     batch = num_envs * s["rollout_len"]
-    config = AnakinConfig(num_envs=num_envs, rollout_len=s["rollout_len"], total_env_steps=steps,
-                          log_interval=max(batch, steps // CHECKPOINTS), num_devices=1)
-    result = train("ppo", agent_config, f"brax:{env}:{backend}", config, quiet=True,
-                   evaluation=bench_process.NO_EVALUATION)
-    return {"sps": result.env_steps / result.train_seconds, "compile_s": result.compile_seconds,
-            "env_steps": result.env_steps,
-            "curve": [(r["env_steps"], r.get("episode_return")) for r in result.records]}
+    config = AnakinConfig(
+        num_envs=num_envs,
+        rollout_len=s["rollout_len"],
+        total_env_steps=steps,
+        log_interval=max(batch, steps // CHECKPOINTS),
+        num_devices=1,
+    )
+    result = train(
+        "ppo", agent_config, f"brax:{env}:{backend}", config, quiet=True, evaluation=bench_process.NO_EVALUATION
+    )
+    return {
+        "sps": result.env_steps / result.train_seconds,
+        "compile_s": result.compile_seconds,
+        "env_steps": result.env_steps,
+        "curve": [(r["env_steps"], r.get("episode_return")) for r in result.records],
+    }
 
 
 def _brax(env: str, backend: str, num_envs: int, steps: int) -> dict:
@@ -84,11 +111,13 @@ def _brax(env: str, backend: str, num_envs: int, steps: int) -> dict:
     if not hasattr(jax, "device_put_replicated"):
         jax.device_put_replicated = api.device_put_replicated
     import flax.linen as nn
+
     with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         from brax import envs
         from brax.training.agents.ppo import networks as ppo_networks
         from brax.training.agents.ppo import train as ppo
+
         environment = envs.get_environment(env, backend=backend)
 
     s = SETTINGS
@@ -101,17 +130,35 @@ def _brax(env: str, backend: str, num_envs: int, steps: int) -> dict:
 
     def network(observation_size, action_size, preprocess_observations_fn):
         return ppo_networks.make_ppo_networks(
-            observation_size, action_size, preprocess_observations_fn=preprocess_observations_fn,
-            policy_hidden_layer_sizes=(64, 64), value_hidden_layer_sizes=(64, 64), activation=nn.tanh)
+            observation_size,
+            action_size,
+            preprocess_observations_fn=preprocess_observations_fn,
+            policy_hidden_layer_sizes=(64, 64),
+            value_hidden_layer_sizes=(64, 64),
+            activation=nn.tanh,
+        )
 
     ppo.train(
-        environment=environment, num_timesteps=steps, episode_length=1000, num_envs=num_envs,
-        unroll_length=s["rollout_len"], batch_size=num_envs // s["num_minibatches"],
-        num_minibatches=s["num_minibatches"], num_updates_per_batch=s["num_epochs"],
-        learning_rate=s["learning_rate"], entropy_cost=s["entropy_coef"], discounting=s["gamma"],
-        gae_lambda=s["gae_lambda"], clipping_epsilon=s["clip_eps"], max_grad_norm=s["max_grad_norm"],
-        normalize_observations=True, network_factory=network,
-        num_evals=CHECKPOINTS + 1, num_eval_envs=128, seed=0, progress_fn=progress,
+        environment=environment,
+        num_timesteps=steps,
+        episode_length=1000,
+        num_envs=num_envs,
+        unroll_length=s["rollout_len"],
+        batch_size=num_envs // s["num_minibatches"],
+        num_minibatches=s["num_minibatches"],
+        num_updates_per_batch=s["num_epochs"],
+        learning_rate=s["learning_rate"],
+        entropy_cost=s["entropy_coef"],
+        discounting=s["gamma"],
+        gae_lambda=s["gae_lambda"],
+        clipping_epsilon=s["clip_eps"],
+        max_grad_norm=s["max_grad_norm"],
+        normalize_observations=True,
+        network_factory=network,
+        num_evals=CHECKPOINTS + 1,
+        num_eval_envs=128,
+        seed=0,
+        progress_fn=progress,
     )
     steady = statistics.median(epochs[1:]) if len(epochs) > 1 else epochs[0]
     epoch_steps = steps / CHECKPOINTS
@@ -138,32 +185,42 @@ def main() -> None:
         runs = {"podracer": [], "brax": []}
         for _ in range(repeats):
             for side in runs:
-                runs[side].append(bench_process.measure(__file__, side, devices=1, env=env, backend=backend,
-                                                        num_envs=num_envs, steps=steps))
+                runs[side].append(
+                    bench_process.measure(
+                        __file__, side, devices=1, env=env, backend=backend, num_envs=num_envs, steps=steps
+                    )
+                )
         rows.append((env, backend, num_envs, steps, runs))
 
     lines = [
-        "# Anakin PPO against Brax's PPO trainer (benchmark_brax.py)", "",
+        "# Anakin PPO against Brax's PPO trainer (benchmark_brax.py)",
+        "",
         f"`python experiments/benchmark_brax.py{' --quick' if args.quick else ''}` on {platform.processor() or platform.machine()}, "
         f"{os.cpu_count()} CPU cores, {time.strftime('%Y-%m-%d')}; 1 device. Both sides: batch = envs x unroll "
         f"{SETTINGS['rollout_len']}, {SETTINGS['num_epochs']} epochs x {SETTINGS['num_minibatches']} minibatches, "
         "64-64 tanh MLPs, tanh-squashed Gaussian, observation normalisation; see the script's docstring. "
         "Steps/s are steady-state medians over the runs (each run in a fresh process, the two sides alternating); "
-        "compile time apart.", "",
+        "compile time apart.",
+        "",
         "| env (backend) | envs | steps | podracer steps/s | Brax steps/s | ratio | compile s (podracer / Brax) "
         "| return at the end (podracer training / Brax eval) |",
         "|---|---|---|---|---|---|---|---|",
     ]
-    for env, backend, num_envs, steps, runs in rows:
+    for env, backend, num_envs, _steps, runs in rows:
         ours, theirs = (statistics.median(r["sps"] for r in runs[side]) for side in ("podracer", "brax"))
         compiles = [statistics.median(r["compile_s"] for r in runs[side]) for side in ("podracer", "brax")]
         end = min(runs["podracer"][0]["env_steps"], runs["brax"][0]["env_steps"])
         returns = [_return_at(runs[side][0]["curve"], end) for side in ("podracer", "brax")]
-        lines.append(f"| {env} ({backend}) | {num_envs} | {end:,} | {ours:,.0f} | {theirs:,.0f} | {ours / theirs:.2f}x "
-                     f"| {compiles[0]:.1f} / {compiles[1]:.1f} | {returns[0]} / {returns[1]} |")
-    lines += ["", "The returns are not the same measure: podracer's is the mean over the training episodes that ended "
-              "in its last log window (sampled actions; a 1000-step episode ends there only if it began a window "
-              "earlier), Brax's its own evaluation of 128 fresh episodes at the same step count."]
+        lines.append(
+            f"| {env} ({backend}) | {num_envs} | {end:,} | {ours:,.0f} | {theirs:,.0f} | {ours / theirs:.2f}x "
+            f"| {compiles[0]:.1f} / {compiles[1]:.1f} | {returns[0]} / {returns[1]} |"
+        )
+    lines += [
+        "",
+        "The returns are not the same measure: podracer's is the mean over the training episodes that ended "
+        "in its last log window (sampled actions; a 1000-step episode ends there only if it began a window "
+        "earlier), Brax's its own evaluation of 128 fresh episodes at the same step count.",
+    ]
     bench_process.report(lines, args.out)
 
 

@@ -22,9 +22,9 @@ from experiments import bench_process  # noqa: E402
 def _search(env_id: str, batch: int, simulations: int, calls: int) -> dict:
     import jax
 
-    from agents import MuZeroConfig, make_muzero
+    from podracer.agents import MuZeroConfig, make_muzero
+    from podracer.sebulba import env_spec
     from podracer.types import BatchShape
-    from sebulba import env_spec
 
     spec = env_spec(env_id)
     config = MuZeroConfig(num_simulations=simulations, max_considered_actions=min(16, spec.num_actions))
@@ -43,18 +43,27 @@ def _search(env_id: str, batch: int, simulations: int, calls: int) -> dict:
 
 
 def _sebulba(env_id: str, envs_per_thread: int, simulations: int, updates: int, learner_devices: str = "1") -> dict:
-    from agents import MuZeroConfig
-    from sebulba.config import SebulbaConfig
-    from sebulba.run import train
+    from podracer.agents import MuZeroConfig
+    from podracer.sebulba.config import SebulbaConfig
+    from podracer.sebulba.run import train
 
     rollout = 16
-    config = SebulbaConfig(actor_devices="0", learner_devices=learner_devices, envs_per_thread=envs_per_thread,
-                           rollout_len=rollout, total_env_steps=updates * envs_per_thread * rollout,
-                           log_interval=updates * envs_per_thread * rollout)
+    config = SebulbaConfig(
+        actor_devices="0",
+        learner_devices=learner_devices,
+        envs_per_thread=envs_per_thread,
+        rollout_len=rollout,
+        total_env_steps=updates * envs_per_thread * rollout,
+        log_interval=updates * envs_per_thread * rollout,
+    )
     agent_config = MuZeroConfig(num_simulations=simulations, replay_capacity=200, batch_size=64)
     result = train("muzero", agent_config, env_id, config, quiet=True, evaluation=bench_process.NO_EVALUATION)
-    return {"sps": result.env_steps / result.train_seconds, "fps": result.frames / result.train_seconds,
-            "timings": result.timings, "train_s": result.train_seconds}
+    return {
+        "sps": result.env_steps / result.train_seconds,
+        "fps": result.frames / result.train_seconds,
+        "timings": result.timings,
+        "train_s": result.train_seconds,
+    }
 
 
 def measure(kind: str, devices: int | None = 2, **spec) -> dict:
@@ -75,11 +84,15 @@ def cpu_plan(quick: bool) -> tuple[list[dict], list[dict]]:
 
 def accelerator_plan() -> tuple[list[dict], list[dict]]:
     """The measurements on the host's own devices, at accelerator-sized search batches."""
-    searches = [dict(devices=None, env_id="CartPole-v1", batch=b, simulations=s, calls=10)
-                for b in (256, 2048) for s in (16, 64)]
+    searches = [
+        dict(devices=None, env_id="CartPole-v1", batch=b, simulations=s, calls=10)
+        for b in (256, 2048)
+        for s in (16, 64)
+    ]
     searches.append(dict(devices=None, env_id="Breakout-v5", batch=256, simulations=16, calls=5))
-    runs = [dict(devices=None, env_id="Breakout-v5", envs_per_thread=64, simulations=16, updates=10,
-                 learner_devices="auto")]
+    runs = [
+        dict(devices=None, env_id="Breakout-v5", envs_per_thread=64, simulations=16, updates=10, learner_devices="auto")
+    ]
     return searches, runs
 
 
@@ -106,8 +119,10 @@ def main() -> None:
         "|---|---|---|---|---|",
     ]
     for r in searches:
-        lines.append(f"| {r['env_id']} | {r['batch']} | {r['simulations']} | {r['ms_per_search']:.1f} | "
-                     f"{r['simulations_per_s']:,.0f} |")
+        lines.append(
+            f"| {r['env_id']} | {r['batch']} | {r['simulations']} | {r['ms_per_search']:.1f} | "
+            f"{r['simulations_per_s']:,.0f} |"
+        )
     lines += [
         "",
         "Sebulba MuZero end to end (actor on device 0 with the search, learner on device 1, or on device 0 where it",
@@ -118,8 +133,10 @@ def main() -> None:
     ]
     for r in runs:
         t = r["timings"]
-        lines.append(f"| {r['env_id']} | {r['envs_per_thread']} | {r['simulations']} | {r['sps']:,.1f} | "
-                     f"{r['fps']:,.0f} | {t.get('inference', 0):.1f} | {t.get('learner_update', 0):.1f} |")
+        lines.append(
+            f"| {r['env_id']} | {r['envs_per_thread']} | {r['simulations']} | {r['sps']:,.1f} | "
+            f"{r['fps']:,.0f} | {t.get('inference', 0):.1f} | {t.get('learner_update', 0):.1f} |"
+        )
     bench_process.report(lines, args.out)
 
 

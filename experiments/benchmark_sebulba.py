@@ -29,6 +29,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from experiments import bench_process  # noqa: E402
+
 CLASSIC, ATARI = "CartPole-v1", ("Breakout-v5", "Pong-v5")
 # learner updates per run beside Cleanba: 2 to warm up, the rest timed (PPO's updates are 3-8x longer)
 PEER_UPDATES = {"impala": 6, "ppo": 4}
@@ -58,24 +59,37 @@ def _raw(env_id: str, num_envs: int, batch_size: int, threads: int, seconds: flo
     return {"sps": steps / (time.perf_counter() - start)}
 
 
-def _actors(env_id: str, num_envs: int, threads: int, rollouts: int, actor_threads: int = 1, env_batches: int = 2,
-            learner_devices: str = "1") -> dict:
+def _actors(
+    env_id: str,
+    num_envs: int,
+    threads: int,
+    rollouts: int,
+    actor_threads: int = 1,
+    env_batches: int = 2,
+    learner_devices: str = "1",
+) -> dict:
     """Sebulba with a learner that learns nothing: ``actor_threads`` actor threads on device 0, each with
     ``env_batches`` envpool batches of ``num_envs`` (``threads`` envpool workers each) and real PPO
     inference, shipping trajectories to ``learner_devices``. The first two rollouts (compilation, warm-up) are
     left out."""
     import jax.numpy as jnp
 
-    from agents import PPOConfig, make_ppo
-    from envs.host import HostEnvConfig, is_atari
-    from sebulba import SebulbaConfig, batch_shape, env_spec, train_agent
+    from podracer.agents import PPOConfig, make_ppo
+    from podracer.envs.host import HostEnvConfig, is_atari
+    from podracer.sebulba import SebulbaConfig, batch_shape, env_spec, train_agent
 
     rollout_len, warm_up = 32, 2
     steps_per_update = actor_threads * num_envs * env_batches * rollout_len
-    config = SebulbaConfig(actor_devices="0", learner_devices=learner_devices, actor_threads=actor_threads,
-                           envs_per_thread=num_envs * env_batches, env_batches=env_batches, rollout_len=rollout_len,
-                           total_env_steps=(warm_up + rollouts) * steps_per_update,
-                           log_interval=warm_up * steps_per_update)  # the first record ends the warm-up
+    config = SebulbaConfig(
+        actor_devices="0",
+        learner_devices=learner_devices,
+        actor_threads=actor_threads,
+        envs_per_thread=num_envs * env_batches,
+        env_batches=env_batches,
+        rollout_len=rollout_len,
+        total_env_steps=(warm_up + rollouts) * steps_per_update,
+        log_interval=warm_up * steps_per_update,
+    )  # the first record ends the warm-up
     env_config = HostEnvConfig(env_threads=threads)
     agent = make_ppo(PPOConfig(shared_torso=is_atari(env_id)), env_spec(env_id, env_config), batch_shape(config))
     agent = agent._replace(learn=lambda state, trajectory, key: (state, {"loss": jnp.float32(0.0)}))
@@ -83,8 +97,13 @@ def _actors(env_id: str, num_envs: int, threads: int, rollouts: int, actor_threa
     first, last = records[0], records[-1]
     seconds = last["time"] - first["time"]
     timings = {name: last[f"time_{name}"] - first[f"time_{name}"] for name in ("env_step", "inference", "transfer")}
-    return {"sps": (last["env_steps"] - first["env_steps"]) / seconds, "frame_skip": last["frames"] // last["env_steps"],
-            "timings": timings, "seconds": seconds, **_inference_alone(agent, env_id, num_envs, env_config)}
+    return {
+        "sps": (last["env_steps"] - first["env_steps"]) / seconds,
+        "frame_skip": last["frames"] // last["env_steps"],
+        "timings": timings,
+        "seconds": seconds,
+        **_inference_alone(agent, env_id, num_envs, env_config),
+    }
 
 
 def _inference_alone(agent, env_id: str, num_envs: int, env_config, calls: int = 300) -> dict:
@@ -95,8 +114,8 @@ def _inference_alone(agent, env_id: str, num_envs: int, env_config, calls: int =
     import jax
     import numpy as np
 
-    from envs.host import HostEnv
-    from sebulba.actor import ACTOR_KEY_IMPL, make_actor_program
+    from podracer.envs.host import HostEnv
+    from podracer.sebulba.actor import ACTOR_KEY_IMPL, make_actor_program
 
     env = HostEnv(env_id, num_envs, 0, env_config)
     obs = env.reset()
@@ -106,8 +125,10 @@ def _inference_alone(agent, env_id: str, num_envs: int, env_config, calls: int =
     packed, key = program.pack(params), np.asarray(jax.random.key_data(jax.random.key(1, impl=ACTOR_KEY_IMPL)))
     floor = jax.jit(lambda packed, obs, key: (obs[:, :1], obs))  # obs[:, :1]: the small output an action is
     results = {}
-    for name, call in (("inference_alone_us", lambda: program.act(packed, obs, key)[0]),
-                       ("call_floor_us", lambda: floor(packed, obs, key)[0])):
+    for name, call in (
+        ("inference_alone_us", lambda: program.act(packed, obs, key)[0]),
+        ("call_floor_us", lambda: floor(packed, obs, key)[0]),
+    ):
         for _ in range(20):
             np.asarray(call())
         start = time.perf_counter()
@@ -117,29 +138,51 @@ def _inference_alone(agent, env_id: str, num_envs: int, env_config, calls: int =
     return results
 
 
-def _train(env_id: str, agent: str, envs_per_thread: int, actor_devices: str, learner_devices: str,
-           actor_threads: int, rollout_len: int, updates: int, torso: str = "auto", num_minibatches: int = 0) -> dict:
+def _train(
+    env_id: str,
+    agent: str,
+    envs_per_thread: int,
+    actor_devices: str,
+    learner_devices: str,
+    actor_threads: int,
+    rollout_len: int,
+    updates: int,
+    torso: str = "auto",
+    num_minibatches: int = 0,
+) -> dict:
     """A complete Sebulba run of ``updates`` updates; rates over the updates after the first two (warm-up).
     ``num_minibatches``: the agent's (0: its default)."""
-    from agents import AGENTS
-    from experiments.presets import SEBULBA_PRESETS
-    from sebulba.config import SebulbaConfig
-    from sebulba.run import train
+    from podracer.agents import AGENTS
+    from podracer.cli.presets import SEBULBA_PRESETS
+    from podracer.sebulba.config import SebulbaConfig
+    from podracer.sebulba.run import train
 
     minibatches = {"num_minibatches": num_minibatches} if num_minibatches else {}
     # IMPALA as the atari_impala preset takes it (the paper's and Cleanba's optimiser and loss scale)
     paper = SEBULBA_PRESETS["atari_impala"]["fit"](2, 2)["agent_config"] if agent == "impala" else {}
     agent_config = AGENTS[agent][0](**{"shared_torso": True, **paper, "torso": torso, **minibatches})
     per_update = envs_per_thread * rollout_len * actor_threads * len(actor_devices.split(","))
-    config = SebulbaConfig(actor_devices=actor_devices, learner_devices=learner_devices, actor_threads=actor_threads,
-                           envs_per_thread=envs_per_thread, rollout_len=rollout_len,
-                           total_env_steps=updates * per_update, log_interval=per_update)
+    config = SebulbaConfig(
+        actor_devices=actor_devices,
+        learner_devices=learner_devices,
+        actor_threads=actor_threads,
+        envs_per_thread=envs_per_thread,
+        rollout_len=rollout_len,
+        total_env_steps=updates * per_update,
+        log_interval=per_update,
+    )
     result = train(agent, agent_config, env_id, config, quiet=True, evaluation=bench_process.NO_EVALUATION)
     first, last = result.records[min(1, len(result.records) - 1)], result.records[-1]
     seconds = last["time"] - first["time"] if last is not first else result.train_seconds
     sps = (last["env_steps"] - first["env_steps"]) / seconds if last is not first else result.env_steps / seconds
-    return {"sps": sps, "fps": sps * result.frames / result.env_steps, "update_s": per_update / sps,
-            "compile_s": result.compile_seconds, "timings": result.timings, "train_s": result.train_seconds}
+    return {
+        "sps": sps,
+        "fps": sps * result.frames / result.env_steps,
+        "update_s": per_update / sps,
+        "compile_s": result.compile_seconds,
+        "timings": result.timings,
+        "train_s": result.train_seconds,
+    }
 
 
 def _cleanba(script: str, agent: str, envs_per_thread: int, rollout_len: int, updates: int, python: str) -> dict:
@@ -147,9 +190,22 @@ def _cleanba(script: str, agent: str, envs_per_thread: int, rollout_len: int, up
     device 0 and the learner on device 1, at ``envs_per_thread`` x ``rollout_len`` (its other settings its own)."""
     from experiments import peer_cleanba
 
-    flags = ["--env-id", ATARI[0], "--local-num-envs", str(envs_per_thread), "--num-steps", str(rollout_len),
-             "--num-actor-threads", "1", "--actor-device-ids", "0", "--learner-device-ids", "1",
-             "--total-timesteps", str(10**9)]
+    flags = [
+        "--env-id",
+        ATARI[0],
+        "--local-num-envs",
+        str(envs_per_thread),
+        "--num-steps",
+        str(rollout_len),
+        "--num-actor-threads",
+        "1",
+        "--actor-device-ids",
+        "0",
+        "--learner-device-ids",
+        "1",
+        "--total-timesteps",
+        str(10**9),
+    ]
     result = peer_cleanba.run(script, flags, devices=2, updates=updates, python=python)
     return {**result, "sps": envs_per_thread * rollout_len / result["update_s"]}
 
@@ -161,21 +217,58 @@ def measure(kind: str, devices: int | None = 2, **spec) -> dict:
 def cpu_plan(quick: bool) -> tuple[list[dict], list[dict], list[dict]]:
     """The (raw, actors, train) measurements on simulated CPU devices, envpool on 2 threads."""
     seconds = 3.0 if quick else 6.0
-    raw = [dict(env_id=env_id, num_envs=num_envs, batch_size=batch, threads=2, seconds=seconds)
-           for env_id, num_envs, batch in [(CLASSIC, 64, 64), (CLASSIC, 128, 64), (ATARI[0], 16, 16),
-                                           (ATARI[0], 32, 32), (ATARI[1], 16, 16), (ATARI[1], 32, 32)]]
-    actors = [dict(env_id=env_id, num_envs=num_envs, env_batches=batches, threads=2, rollouts=rollouts)
-              for env_id, num_envs, batches, rollouts in [(CLASSIC, 64, 1, 40), (CLASSIC, 32, 2, 40),
-                                                          (CLASSIC, 64, 2, 40), (ATARI[0], 32, 1, 4),
-                                                          (ATARI[0], 16, 2, 4)]]
-    train = [dict(devices=2, env_id=ATARI[0], agent="ppo", envs_per_thread=16, actor_devices="0", learner_devices="1",
-                  actor_threads=1, rollout_len=32, updates=6)]
+    raw = [
+        dict(env_id=env_id, num_envs=num_envs, batch_size=batch, threads=2, seconds=seconds)
+        for env_id, num_envs, batch in [
+            (CLASSIC, 64, 64),
+            (CLASSIC, 128, 64),
+            (ATARI[0], 16, 16),
+            (ATARI[0], 32, 32),
+            (ATARI[1], 16, 16),
+            (ATARI[1], 32, 32),
+        ]
+    ]
+    actors = [
+        dict(env_id=env_id, num_envs=num_envs, env_batches=batches, threads=2, rollouts=rollouts)
+        for env_id, num_envs, batches, rollouts in [
+            (CLASSIC, 64, 1, 40),
+            (CLASSIC, 32, 2, 40),
+            (CLASSIC, 64, 2, 40),
+            (ATARI[0], 32, 1, 4),
+            (ATARI[0], 16, 2, 4),
+        ]
+    ]
+    train = [
+        dict(
+            devices=2,
+            env_id=ATARI[0],
+            agent="ppo",
+            envs_per_thread=16,
+            actor_devices="0",
+            learner_devices="1",
+            actor_threads=1,
+            rollout_len=32,
+            updates=6,
+        )
+    ]
     batches = (32, 128) if quick else (32, 64, 128)
     splits = [("0", "1")] if quick else [("0", "1"), ("0", "1,2"), ("0,1", "2,3")]
     for actor_devices, learner_devices in splits:
         devices = 1 + max(int(i) for i in (actor_devices + "," + learner_devices).split(","))
-        train += [dict(devices=devices, env_id=ATARI[0], agent="impala", envs_per_thread=batch, actor_devices=actor_devices,
-                       learner_devices=learner_devices, actor_threads=1, rollout_len=20, updates=3) for batch in batches]
+        train += [
+            dict(
+                devices=devices,
+                env_id=ATARI[0],
+                agent="impala",
+                envs_per_thread=batch,
+                actor_devices=actor_devices,
+                learner_devices=learner_devices,
+                actor_threads=1,
+                rollout_len=20,
+                updates=3,
+            )
+            for batch in batches
+        ]
     return raw, actors, train
 
 
@@ -185,8 +278,9 @@ def cleanba_plan(quick: bool) -> list[dict]:
     actor batches (rollout 20), and PPO at the ``breakout_ppo`` preset's 16 envs and over the same batches
     (rollout 32)."""
     batches = (32, 128) if quick else (32, 64, 128)
-    return ([dict(agent="impala", envs_per_thread=batch, rollout_len=20) for batch in batches]
-            + [dict(agent="ppo", envs_per_thread=batch, rollout_len=32) for batch in (16, *batches)])
+    return [dict(agent="impala", envs_per_thread=batch, rollout_len=20) for batch in batches] + [
+        dict(agent="ppo", envs_per_thread=batch, rollout_len=32) for batch in (16, *batches)
+    ]
 
 
 def accelerator_plan() -> tuple[list[dict], list[dict], list[dict]]:
@@ -194,21 +288,43 @@ def accelerator_plan() -> tuple[list[dict], list[dict], list[dict]]:
 
     Acting on device 0, learning on every other device (on device 0 too where it is the only one)."""
     threads = os.cpu_count() or 1
-    raw = [dict(devices=None, env_id=env_id, num_envs=num_envs, batch_size=batch, threads=threads, seconds=5.0)
-           for env_id in ATARI for num_envs, batch in [(128, 128), (256, 128)]]
+    raw = [
+        dict(devices=None, env_id=env_id, num_envs=num_envs, batch_size=batch, threads=threads, seconds=5.0)
+        for env_id in ATARI
+        for num_envs, batch in [(128, 128), (256, 128)]
+    ]
     actors = [dict(devices=None, env_id=ATARI[0], num_envs=128, threads=threads, rollouts=10, learner_devices="auto")]
-    train = [dict(devices=None, env_id=ATARI[0], agent=agent, envs_per_thread=batch, actor_devices="0",
-                  learner_devices="auto", actor_threads=2, rollout_len=rollout, updates=20)
-             for agent, batch, rollout in [("ppo", 64, 32), ("impala", 32, 20), ("impala", 128, 20)]]
+    train = [
+        dict(
+            devices=None,
+            env_id=ATARI[0],
+            agent=agent,
+            envs_per_thread=batch,
+            actor_devices="0",
+            learner_devices="auto",
+            actor_threads=2,
+            rollout_len=rollout,
+            updates=20,
+        )
+        for agent, batch, rollout in [("ppo", 64, 32), ("impala", 32, 20), ("impala", 128, 20)]
+    ]
     return raw, actors, train
 
 
 def main() -> None:
     parser = bench_process.parser(__doc__)
-    parser.add_argument("--cleanba", metavar="DIR", help="a checkout of vwxyzjn/cleanba: time its PPO and IMPALA "
-                        "beside Sebulba's at equal network and batch (patched copies go to a temporary directory)")
-    parser.add_argument("--cleanba-python", metavar="PY", default=sys.executable,
-                        help="the Python that runs Cleanba (jax, flax, optax, rlax, envpool, tyro, rich, tensorboardX)")
+    parser.add_argument(
+        "--cleanba",
+        metavar="DIR",
+        help="a checkout of vwxyzjn/cleanba: time its PPO and IMPALA "
+        "beside Sebulba's at equal network and batch (patched copies go to a temporary directory)",
+    )
+    parser.add_argument(
+        "--cleanba-python",
+        metavar="PY",
+        default=sys.executable,
+        help="the Python that runs Cleanba (jax, flax, optax, rlax, envpool, tyro, rich, tensorboardX)",
+    )
     args = parser.parse_args()
     if args.accelerator and not args.worker:
         if args.cleanba:
@@ -231,11 +347,21 @@ def main() -> None:
     peer_rows = []
     for spec in cleanba_plan(args.quick) if cleanba_scripts else []:
         updates = PEER_UPDATES[spec["agent"]]
-        ours = measure("train", env_id=ATARI[0], actor_devices="0", learner_devices="1", actor_threads=1,
-                       updates=updates, torso="impala_resnet", num_minibatches=CLEANBA_MINIBATCHES, **spec)
+        ours = measure(
+            "train",
+            env_id=ATARI[0],
+            actor_devices="0",
+            learner_devices="1",
+            actor_threads=1,
+            updates=updates,
+            torso="impala_resnet",
+            num_minibatches=CLEANBA_MINIBATCHES,
+            **spec,
+        )
         try:
-            theirs = _cleanba(cleanba_scripts[f"cleanba_{spec['agent']}.py"], updates=updates,
-                              python=args.cleanba_python, **spec)
+            theirs = _cleanba(
+                cleanba_scripts[f"cleanba_{spec['agent']}.py"], updates=updates, python=args.cleanba_python, **spec
+            )
         except RuntimeError as error:  # the table still comes out, saying which Cleanba run failed
             print(error, file=sys.stderr)
             theirs = {"failed": str(error).splitlines()[0]}
@@ -249,8 +375,13 @@ def _learner_busy(row: dict) -> float:
     return row["timings"].get("learner_update", 0) / max(row["train_s"], 1e-9)
 
 
-def report_lines(accelerator: bool, raw_rows: list[dict], actor_rows: list[dict], train_rows: list[dict],
-                 peer_rows: list[tuple[dict, dict]]) -> list[str]:
+def report_lines(
+    accelerator: bool,
+    raw_rows: list[dict],
+    actor_rows: list[dict],
+    train_rows: list[dict],
+    peer_rows: list[tuple[dict, dict]],
+) -> list[str]:
     """The markdown section from the measurements' BENCH dicts (``peer_rows``: podracer's and Cleanba's)."""
     raw_sps = {(r["env_id"], r["num_envs"]): r["sps"] for r in raw_rows}
     threads = raw_rows[0]["threads"]
@@ -268,7 +399,9 @@ def report_lines(accelerator: bool, raw_rows: list[dict], actor_rows: list[dict]
     ]
     for r in raw_rows:
         skip = 4 if r["env_id"] in ATARI else 1
-        lines.append(f"| {r['env_id']} | {r['num_envs']} | {r['batch_size']} | {r['sps']:,.0f} | {r['sps'] * skip:,.0f} |")
+        lines.append(
+            f"| {r['env_id']} | {r['num_envs']} | {r['batch_size']} | {r['sps']:,.0f} | {r['sps'] * skip:,.0f} |"
+        )
     lines += [
         "",
         "## Actors alone (inference on device 0, trajectories to the learner device, no learning)",
@@ -287,11 +420,13 @@ def report_lines(accelerator: bool, raw_rows: list[dict], actor_rows: list[dict]
         share = f"{r['sps'] / raw:.0%}" if raw else "-"
         t = r["timings"]
         calls = r["sps"] * r["seconds"] / r["num_envs"]  # inference calls (batch steps) in the timed window
-        lines.append(f"| {r['env_id']} | {batches} x {r['num_envs']} | {r['sps']:,.0f} | {share} | "
-                     f"{t.get('env_step', 0):.1f} / {t.get('inference', 0):.1f} / {t.get('transfer', 0):.1f} | "
-                     f"{r['seconds'] / calls * 1e6:,.0f} / {t.get('env_step', 0) / calls * 1e6:,.0f} / "
-                     f"{t.get('inference', 0) / calls * 1e6:,.0f} | "
-                     f"{r.get('inference_alone_us', 0):,.0f} / {r.get('call_floor_us', 0):,.0f} |")
+        lines.append(
+            f"| {r['env_id']} | {batches} x {r['num_envs']} | {r['sps']:,.0f} | {share} | "
+            f"{t.get('env_step', 0):.1f} / {t.get('inference', 0):.1f} / {t.get('transfer', 0):.1f} | "
+            f"{r['seconds'] / calls * 1e6:,.0f} / {t.get('env_step', 0) / calls * 1e6:,.0f} / "
+            f"{t.get('inference', 0) / calls * 1e6:,.0f} | "
+            f"{r.get('inference_alone_us', 0):,.0f} / {r.get('call_floor_us', 0):,.0f} |"
+        )
     lines += [
         "",
         "Where the actors fall short of raw envpool: per batch step, the thread waits for envpool (env step,",
@@ -312,8 +447,10 @@ def report_lines(accelerator: bool, raw_rows: list[dict], actor_rows: list[dict]
     ]
     for r in train_rows:
         busy = _learner_busy(r)
-        lines.append(f"| {r['agent']} | {r['actor_devices']} | {r['learner_devices']} | {r['actor_threads']} | "
-                     f"{r['envs_per_thread']} | {r['sps']:,.1f} | {r['fps']:,.0f} | {busy:.0%} | {r['compile_s']:.1f} |")
+        lines.append(
+            f"| {r['agent']} | {r['actor_devices']} | {r['learner_devices']} | {r['actor_threads']} | "
+            f"{r['envs_per_thread']} | {r['sps']:,.1f} | {r['fps']:,.0f} | {busy:.0%} | {r['compile_s']:.1f} |"
+        )
     lines += ["", "## Beside Cleanba at equal network and batch", ""]
     if not peer_rows:
         lines.append("Not measured in this run: `--cleanba DIR` (a checkout of vwxyzjn/cleanba) adds this table.")
@@ -339,11 +476,15 @@ def report_lines(accelerator: bool, raw_rows: list[dict], actor_rows: list[dict]
             shape = f"| {ours['agent']} | {ours['envs_per_thread']} x {ours['rollout_len']} | {ours['sps']:,.1f} |"
             busy = f"{_learner_busy(ours):.0%}"
             if "failed" in theirs:
-                lines.append(f"{shape} failed: {theirs['failed']} | - | {ours['update_s']:.1f} / - | {busy} | "
-                             f"{ours['compile_s']:.1f} | - |")
+                lines.append(
+                    f"{shape} failed: {theirs['failed']} | - | {ours['update_s']:.1f} / - | {busy} | "
+                    f"{ours['compile_s']:.1f} | - |"
+                )
                 continue
-            lines.append(f"{shape} {theirs['sps']:,.1f} | {ours['sps'] / theirs['sps']:.2f}x | {ours['update_s']:.1f} / "
-                         f"{theirs['update_s']:.1f} | {busy} | {ours['compile_s']:.1f} | {theirs['startup_s']:.1f} |")
+            lines.append(
+                f"{shape} {theirs['sps']:,.1f} | {ours['sps'] / theirs['sps']:.2f}x | {ours['update_s']:.1f} / "
+                f"{theirs['update_s']:.1f} | {busy} | {ours['compile_s']:.1f} | {theirs['startup_s']:.1f} |"
+            )
     return lines
 
 

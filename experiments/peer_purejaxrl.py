@@ -8,7 +8,7 @@ minibatches, learning rate 5e-3 annealed, a 64-64 ReLU MLP. The seeds run one
 after another through one compiled program, as podracer's suite runs them.
 PureJaxRL's README ``vmap``s them instead, which on XLA:CPU (jaxlib 0.10) can
 hang for good: the batched QR of its orthogonal initialisation waits on the
-thread pool it occupies (see ``anakin.program._init_learners``).
+thread pool it occupies (see ``podracer.anakin.program._init_learners``).
 """
 
 from __future__ import annotations
@@ -20,9 +20,20 @@ import time
 import numpy as np
 
 MINATAR_CONFIG = {
-    "LR": 5e-3, "NUM_ENVS": 64, "NUM_STEPS": 128, "UPDATE_EPOCHS": 4, "NUM_MINIBATCHES": 8, "GAMMA": 0.99,
-    "GAE_LAMBDA": 0.95, "CLIP_EPS": 0.2, "ENT_COEF": 0.01, "VF_COEF": 0.5, "MAX_GRAD_NORM": 0.5,
-    "ACTIVATION": "relu", "ANNEAL_LR": True, "DEBUG": False,
+    "LR": 5e-3,
+    "NUM_ENVS": 64,
+    "NUM_STEPS": 128,
+    "UPDATE_EPOCHS": 4,
+    "NUM_MINIBATCHES": 8,
+    "GAMMA": 0.99,
+    "GAE_LAMBDA": 0.95,
+    "CLIP_EPS": 0.2,
+    "ENT_COEF": 0.01,
+    "VF_COEF": 0.5,
+    "MAX_GRAD_NORM": 0.5,
+    "ACTIVATION": "relu",
+    "ANNEAL_LR": True,
+    "DEBUG": False,
 }
 
 
@@ -64,16 +75,30 @@ def main() -> None:
     start = time.perf_counter()
     metrics = [jax.device_get(jax.block_until_ready(compiled(key))["metrics"]) for key in keys]
     train_s = time.perf_counter() - start
-    updates, means = window_means(np.stack([m["returned_episode_returns"] for m in metrics]),
-                                  np.stack([m["returned_episode"] for m in metrics]), args.windows)
+    updates, means = window_means(
+        np.stack([m["returned_episode_returns"] for m in metrics]),
+        np.stack([m["returned_episode"] for m in metrics]),
+        args.windows,
+    )
     steps_per_update = config["NUM_ENVS"] * config["NUM_STEPS"]
-    print("PEER " + json.dumps({
-        "peer": "PureJaxRL PPO", "env": args.env, "seeds": args.seeds, "compile_s": round(compile_s, 2),
-        "train_s": round(train_s, 2), "env_steps": (updates * steps_per_update).tolist(),
-        "sps": round(int(config["NUM_UPDATES"]) * steps_per_update * args.seeds / train_s),
-        "returns": [[None if np.isnan(v) else float(v) for v in row] for row in means],  # [windows, seeds]
-        "config": {k: v for k, v in config.items() if k != "DEBUG"}, "backend": jax.default_backend(),
-    }), flush=True)
+    print(
+        "PEER "
+        + json.dumps(
+            {
+                "peer": "PureJaxRL PPO",
+                "env": args.env,
+                "seeds": args.seeds,
+                "compile_s": round(compile_s, 2),
+                "train_s": round(train_s, 2),
+                "env_steps": (updates * steps_per_update).tolist(),
+                "sps": round(int(config["NUM_UPDATES"]) * steps_per_update * args.seeds / train_s),
+                "returns": [[None if np.isnan(v) else float(v) for v in row] for row in means],  # [windows, seeds]
+                "config": {k: v for k, v in config.items() if k != "DEBUG"},
+                "backend": jax.default_backend(),
+            }
+        ),
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

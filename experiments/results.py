@@ -85,8 +85,17 @@ def run_to_end(entry: Entry, seed: int, run_dir: str, deadline: float) -> bool:
         return True
     if time.time() >= deadline:
         return False
-    command = [sys.executable, "-m", "experiments.cli", *entry.command(seed), "--logdir", run_dir,
-               "--resume-or-start", "--log-interval", str(max(1, entry.steps // 50))]
+    command = [
+        sys.executable,
+        "-m",
+        "podracer.cli.main",
+        *entry.command(seed),
+        "--logdir",
+        run_dir,
+        "--resume-or-start",
+        "--log-interval",
+        str(max(1, entry.steps // 50)),
+    ]
     print(f"results: {' '.join(['podracer', *command[3:]])}", flush=True)
     os.makedirs(run_dir, exist_ok=True)
     start = time.time()
@@ -146,18 +155,27 @@ def summarise(entry: Entry, run_dirs: list[str]) -> dict:
     last = [read_metrics(d)[-1] for d in run_dirs]
     train_seconds = sum(r["time"] for r in last)
     return {
-        "name": entry.name, "architecture": entry.architecture, "agent": entry.agent, "env": entry.env,
-        "preset": entry.preset, "preset_settings": preset_settings(entry), "flags": list(entry.flags),
-        "seeds": entry.seeds, "steps": entry.steps, "frame_skip": entry.frame_skip,
-        "reference": None if entry.reference is None else {"value": entry.reference.value,
-                                                           "source": entry.reference.source},
+        "name": entry.name,
+        "architecture": entry.architecture,
+        "agent": entry.agent,
+        "env": entry.env,
+        "preset": entry.preset,
+        "preset_settings": preset_settings(entry),
+        "flags": list(entry.flags),
+        "seeds": entry.seeds,
+        "steps": entry.steps,
+        "frame_skip": entry.frame_skip,
+        "reference": None
+        if entry.reference is None
+        else {"value": entry.reference.value, "source": entry.reference.source},
         "train": _curves(run_dirs, "episode_return", "env_steps"),
         "eval": _curves(run_dirs, "eval_return", "eval_env_steps"),
         "wall_seconds": round(sum(s["wall_seconds"] for state in states for s in state["segments"]), 1),
         "compile_seconds": round(float(np.mean([s.get("compile_seconds", np.nan) for s in states])), 1),
         "train_seconds": round(train_seconds, 1),
         "sps": round(sum(r["env_steps"] for r in last) / max(train_seconds, 1e-9)),
-        "runs": len(run_dirs), "segments": sum(len(state["segments"]) for state in states),
+        "runs": len(run_dirs),
+        "segments": sum(len(state["segments"]) for state in states),
         "measured": _machine(),
     }
 
@@ -165,8 +183,16 @@ def summarise(entry: Entry, run_dirs: list[str]) -> dict:
 def run_peer(entry: Entry, purejaxrl: str, python: str) -> dict:
     """PureJaxRL's PPO on ``entry``'s env, budget and seeds, in a process of its own (see peer_purejaxrl.py)."""
     env = entry.env.split(":", 1)[1]
-    command = [python, os.path.join(ROOT, "experiments", "peer_purejaxrl.py"), "--env", env,
-               "--steps", str(entry.steps), "--seeds", str(entry.seeds)]
+    command = [
+        python,
+        os.path.join(ROOT, "experiments", "peer_purejaxrl.py"),
+        "--env",
+        env,
+        "--steps",
+        str(entry.steps),
+        "--seeds",
+        str(entry.seeds),
+    ]
     print(f"results: PureJaxRL PPO on {env}, {entry.steps:,} steps x {entry.seeds} seeds", flush=True)
     pythonpath = os.pathsep.join(filter(None, [os.path.join(purejaxrl, "purejaxrl"), os.environ.get("PYTHONPATH")]))
     start = time.time()
@@ -174,15 +200,22 @@ def run_peer(entry: Entry, purejaxrl: str, python: str) -> dict:
     lines = [line for line in out.stdout.splitlines() if line.startswith("PEER ")]
     if out.returncode or not lines:
         raise RuntimeError(f"PureJaxRL on {env} failed:\n{out.stderr[-3000:]}")
-    peer = json.loads(lines[-1][len("PEER "):])
+    peer = json.loads(lines[-1][len("PEER ") :])
     returns = np.array([[np.nan if v is None else v for v in row] for row in peer["returns"]])  # [windows, seeds]
     finals = np.nanmean(returns[-3:], axis=0)
     from podracer.aggregate import bootstrap
 
     final = bootstrap(finals[:, None], "mean")
-    peer.update(steps=entry.steps, wall_seconds=round(time.time() - start, 1), final={
-        "point": float(final.point[0]), "low": float(final.low[0]), "high": float(final.high[0]),
-        "per_run": finals.tolist()})
+    peer.update(
+        steps=entry.steps,
+        wall_seconds=round(time.time() - start, 1),
+        final={
+            "point": float(final.point[0]),
+            "low": float(final.low[0]),
+            "high": float(final.high[0]),
+            "per_run": finals.tolist(),
+        },
+    )
     return peer
 
 
@@ -208,8 +241,15 @@ def plot_env(suite_name: str, env: str, entries: list[dict], peers: dict, out: s
                 continue
             steps = np.array(curve["env_steps"]) * skip
             for axis, x in ((by_steps, steps), (by_time, curve["seconds"])):
-                axis.plot(x, curve["point"], style, color=color, marker="o" if kind == "eval" else None,
-                          markersize=3, label=f"{label} {'training' if kind == 'train' else 'evaluation'}")
+                axis.plot(
+                    x,
+                    curve["point"],
+                    style,
+                    color=color,
+                    marker="o" if kind == "eval" else None,
+                    markersize=3,
+                    label=f"{label} {'training' if kind == 'train' else 'evaluation'}",
+                )
                 axis.fill_between(x, curve["low"], curve["high"], color=color, alpha=0.2)
         reference = entry["reference"]
         if reference and i == 0:
@@ -236,8 +276,8 @@ def plot_env(suite_name: str, env: str, entries: list[dict], peers: dict, out: s
 def _shown_flags(entry: dict, prefix: str) -> str:
     """The flags an entry adds to its preset, other than the CPU device split (``prefix`` before them)."""
     flags = entry.get("flags", [])
-    if flags[:len(SEBULBA_CPU)] == list(SEBULBA_CPU):
-        flags = flags[len(SEBULBA_CPU):]
+    if flags[: len(SEBULBA_CPU)] == list(SEBULBA_CPU):
+        flags = flags[len(SEBULBA_CPU) :]
     return f"{prefix}{' '.join(flags)}" if flags else ""
 
 
@@ -268,29 +308,47 @@ def _verdict(entry: dict) -> str:
 
 def suite_section(name: str, suite: Suite, data: dict, docs: str) -> list[str]:
     """The page's markdown for one suite (figures written into ``docs/results``)."""
-    lines = [f"## Suite `{name}`", "", suite.about, "",
-             f"Command: `python experiments/results.py --suite {name}`; measured {data['measured']}.", ""]
+    lines = [
+        f"## Suite `{name}`",
+        "",
+        suite.about,
+        "",
+        f"Command: `python experiments/results.py --suite {name}`; measured {data['measured']}.",
+        "",
+    ]
     entries = [e for e in data["entries"] if e is not None]
     envs = list(dict.fromkeys(e["env"] for e in entries))
-    lines += ["| agent | architecture | env | preset | agent steps per seed (frames) | seeds | final training return "
-              "[95% CI] | final evaluation return [95% CI] | reference | verdict | wall | training steps/s |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines += [
+        "| agent | architecture | env | preset | agent steps per seed (frames) | seeds | final training return "
+        "[95% CI] | final evaluation return [95% CI] | reference | verdict | wall | training steps/s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for e in entries:
         frames = f" ({e['steps'] * e['frame_skip']:,})" if e["frame_skip"] > 1 else ""
         reference = f"{e['reference']['value']:g} ({e['reference']['source']})" if e["reference"] else "-"
         resumed = f" in {e['segments']} segments" if e["segments"] > e["runs"] else ""
-        lines.append(f"| {e['agent']} | {e['architecture']} | `{e['env']}` | `{e['preset']}{_shown_flags(e, ' ')}` | {e['steps']:,}{frames} | "
-                     f"{e['seeds']} | {_interval(e['train']['final'])} | {_interval(_eval_final(e['eval']))} | "
-                     f"{reference} | {_verdict(e)} | {e['wall_seconds']:.0f} s{resumed} | {e['sps']:,} |")
+        lines.append(
+            f"| {e['agent']} | {e['architecture']} | `{e['env']}` | `{e['preset']}{_shown_flags(e, ' ')}` | {e['steps']:,}{frames} | "
+            f"{e['seeds']} | {_interval(e['train']['final'])} | {_interval(_eval_final(e['eval']))} | "
+            f"{reference} | {_verdict(e)} | {e['wall_seconds']:.0f} s{resumed} | {e['sps']:,} |"
+        )
     for env, peer in data.get("peers", {}).items():
-        lines.append(f"| PureJaxRL PPO | (its own) | `{env}` | PureJaxRL's MinAtar config | {peer['env_steps'][-1]:,} | "
-                     f"{peer['seeds']} | {_interval(peer['final'])} | - | - | - | {peer['wall_seconds']:.0f} s | "
-                     f"{peer['sps']:,} |")
-    earlier = [f"{e['name']} (measured {e['measured']})" for e in entries
-               if e.get("measured", data["measured"]) != data["measured"]]
+        lines.append(
+            f"| PureJaxRL PPO | (its own) | `{env}` | PureJaxRL's MinAtar config | {peer['env_steps'][-1]:,} | "
+            f"{peer['seeds']} | {_interval(peer['final'])} | - | - | - | {peer['wall_seconds']:.0f} s | "
+            f"{peer['sps']:,} |"
+        )
+    earlier = [
+        f"{e['name']} (measured {e['measured']})"
+        for e in entries
+        if e.get("measured", data["measured"]) != data["measured"]
+    ]
     if earlier:
-        lines += ["", f"Recorded by an earlier call and kept (their runs are not in this checkout, or were not "
-                      f"trained by this call): {', '.join(earlier)}."]
+        lines += [
+            "",
+            f"Recorded by an earlier call and kept (their runs are not in this checkout, or were not "
+            f"trained by this call): {', '.join(earlier)}.",
+        ]
     missing = [n for n, e in zip(data["names"], data["entries"]) if e is None]
     if missing:
         lines += ["", f"Not finished yet (run the command again to continue): {', '.join(missing)}."]
@@ -311,8 +369,14 @@ def write_page(docs: str) -> str:
             with open(path) as f:
                 lines += suite_section(name, suite, json.load(f), docs)
         else:
-            lines += [f"## Suite `{name}`", "", suite.about, "",
-                      f"Not run yet: `python experiments/results.py --suite {name}`.", ""]
+            lines += [
+                f"## Suite `{name}`",
+                "",
+                suite.about,
+                "",
+                f"Not run yet: `python experiments/results.py --suite {name}`.",
+                "",
+            ]
     page = os.path.join(docs, "results.md")
     with open(page, "w") as f:
         f.write("\n".join(lines))
@@ -342,7 +406,7 @@ FINGERPRINT_HOST = (2, 2)  # (devices, cores): a host-dependent preset's setting
 def preset_settings(entry: Entry) -> dict:
     """What ``entry``'s preset sets (a host-dependent one as fitted to :data:`FINGERPRINT_HOST`), JSON-shaped:
     a preset changed since a run was recorded makes its numbers stale."""
-    from experiments.presets import ANAKIN_PRESETS, SEBULBA_PRESETS
+    from podracer.cli.presets import ANAKIN_PRESETS, SEBULBA_PRESETS
 
     preset = {"anakin": ANAKIN_PRESETS, "sebulba": SEBULBA_PRESETS}[entry.architecture][entry.preset]
     settings = preset["fit"](*FINGERPRINT_HOST) if "fit" in preset else preset
@@ -354,15 +418,26 @@ def _recorded(entry: Entry, old: dict) -> dict | None:
     runs: a machine without the run directories (a fresh checkout) keeps the page's finished results."""
     for name, summary in zip(old.get("names", []), old.get("entries", [])):
         if name == entry.name and summary is not None:
-            now = {**dataclasses.asdict(entry), "name": entry.name, "flags": list(entry.flags),
-                   "preset_settings": preset_settings(entry)}
+            now = {
+                **dataclasses.asdict(entry),
+                "name": entry.name,
+                "flags": list(entry.flags),
+                "preset_settings": preset_settings(entry),
+            }
             if all(summary.get(field) == now[field] for field in DEFINING_FIELDS):
                 return {**summary, "measured": summary.get("measured", old.get("measured"))}
     return None
 
 
-def run_suite(name: str, runs_dir: str, docs: str, max_minutes: float | None = None,
-              purejaxrl: str | None = None, python: str = sys.executable, only: list[str] | None = None) -> int:
+def run_suite(
+    name: str,
+    runs_dir: str,
+    docs: str,
+    max_minutes: float | None = None,
+    purejaxrl: str | None = None,
+    python: str = sys.executable,
+    only: list[str] | None = None,
+) -> int:
     """Runs (or continues) suite ``name``, records its numbers and rewrites the page; the exit code.
 
     ``only``: the names of the entries to train (default all); the others keep the numbers recorded earlier.
@@ -409,8 +484,10 @@ def _machine() -> str:
     import jax
 
     cores = os.cpu_count()
-    return (f"{time.strftime('%Y-%m-%d')}, {platform.processor() or platform.machine()} with {cores} cores, "
-            f"jax {jax.__version__} ({jax.default_backend()})")
+    return (
+        f"{time.strftime('%Y-%m-%d')}, {platform.processor() or platform.machine()} with {cores} cores, "
+        f"jax {jax.__version__} ({jax.default_backend()})"
+    )
 
 
 def _raise_interrupt(signum, frame):
@@ -420,18 +497,35 @@ def _raise_interrupt(signum, frame):
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--suite", choices=sorted(SUITES), help="the suite to run (see experiments/suites.py)")
-    parser.add_argument("--runs-dir", default=os.path.join(ROOT, "runs", "results"),
-                        help="where the runs go (RUNS_DIR/<suite>/<run>); default runs/results")
+    parser.add_argument(
+        "--runs-dir",
+        default=os.path.join(ROOT, "runs", "results"),
+        help="where the runs go (RUNS_DIR/<suite>/<run>); default runs/results",
+    )
     parser.add_argument("--docs", default=os.path.join(ROOT, "docs"), help="where results.md and results/ go")
-    parser.add_argument("--max-minutes", type=float, default=None,
-                        help="stop the suite (resumably, the current run checkpointed) after this many minutes")
-    parser.add_argument("--purejaxrl", metavar="DIR", help="a checkout of luchris429/purejaxrl: train its PPO alongside")
-    parser.add_argument("--purejaxrl-python", metavar="PY", default=sys.executable,
-                        help="the Python that runs PureJaxRL (jax, flax, optax, distrax, gymnax<1.0)")
+    parser.add_argument(
+        "--max-minutes",
+        type=float,
+        default=None,
+        help="stop the suite (resumably, the current run checkpointed) after this many minutes",
+    )
+    parser.add_argument(
+        "--purejaxrl", metavar="DIR", help="a checkout of luchris429/purejaxrl: train its PPO alongside"
+    )
+    parser.add_argument(
+        "--purejaxrl-python",
+        metavar="PY",
+        default=sys.executable,
+        help="the Python that runs PureJaxRL (jax, flax, optax, distrax, gymnax<1.0)",
+    )
     parser.add_argument("--page-only", action="store_true", help="rewrite the page from the recorded numbers")
-    parser.add_argument("--only", metavar="NAME", action="append",
-                        help="train only this entry of the suite (repeatable; names as in its run directories, e.g. "
-                             "sebulba-impala-pong-v5-4mb); the others keep their recorded numbers")
+    parser.add_argument(
+        "--only",
+        metavar="NAME",
+        action="append",
+        help="train only this entry of the suite (repeatable; names as in its run directories, e.g. "
+        "sebulba-impala-pong-v5-4mb); the others keep their recorded numbers",
+    )
     args = parser.parse_args(argv)
     if args.page_only:
         print(f"results: wrote {write_page(args.docs)}")
@@ -441,15 +535,18 @@ def main(argv: list[str] | None = None) -> int:
     names = [entry.name for entry in SUITES[args.suite].entries]
     unknown = sorted(set(args.only or []) - set(names))
     if unknown:
-        parser.error(f"--only {', '.join(unknown)}: not an entry of suite {args.suite} (its entries: {', '.join(names)})")
+        parser.error(
+            f"--only {', '.join(unknown)}: not an entry of suite {args.suite} (its entries: {', '.join(names)})"
+        )
     if args.max_minutes is not None and args.max_minutes <= 0:
         parser.error(f"--max-minutes must be positive, got {args.max_minutes}")
     if args.purejaxrl and not os.path.isfile(os.path.join(args.purejaxrl, "purejaxrl", "ppo.py")):
         parser.error(f"--purejaxrl {args.purejaxrl}: no purejaxrl/ppo.py there (a checkout of luchris429/purejaxrl)")
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)  # SIGTERM stops a suite as Ctrl-C does
     try:
-        return run_suite(args.suite, args.runs_dir, args.docs, args.max_minutes, args.purejaxrl, args.purejaxrl_python,
-                         args.only)
+        return run_suite(
+            args.suite, args.runs_dir, args.docs, args.max_minutes, args.purejaxrl, args.purejaxrl_python, args.only
+        )
     finally:
         signal.signal(signal.SIGTERM, previous)
 

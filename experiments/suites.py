@@ -50,9 +50,22 @@ class Entry:
 
     def command(self, seed: int) -> list[str]:
         """``podracer`` arguments for the run of ``seed``."""
-        return [self.architecture, "--preset", self.preset, "--agent", self.agent, "--env", self.env,
-                "--total-env-steps", str(self.steps), "--eval-every", str(self.steps // self.evaluations),
-                "--seed", str(seed), *self.flags]
+        return [
+            self.architecture,
+            "--preset",
+            self.preset,
+            "--agent",
+            self.agent,
+            "--env",
+            self.env,
+            "--total-env-steps",
+            str(self.steps),
+            "--eval-every",
+            str(self.steps // self.evaluations),
+            "--seed",
+            str(seed),
+            *self.flags,
+        ]
 
     def run_names(self) -> list[tuple[str, int]]:
         """``(directory name, seed)`` of each run."""
@@ -72,71 +85,141 @@ SEBULBA_CPU = ("--cpu-devices", "2")  # on a CPU host: one actor device and one 
 SUITES: dict[str, Suite] = {
     "classic": Suite(
         about="Every agent on every architecture on the quick tasks, 3 seeds each, at the presets' budgets "
-              "(about 15 minutes on 2 CPU cores).",
+        "(about 15 minutes on 2 CPU cores).",
         entries=(
-            Entry("anakin", "cartpole_ppo", "ppo", "cartpole", 500_000,
-                  reference=Reference(500, f"{GYMNAX_BLINES}; the maximum")),
+            Entry(
+                "anakin",
+                "cartpole_ppo",
+                "ppo",
+                "cartpole",
+                500_000,
+                reference=Reference(500, f"{GYMNAX_BLINES}; the maximum"),
+            ),
             Entry("anakin", "catch_ppo", "ppo", "catch", 200_000, reference=Reference(1.0, "the maximum")),
             Entry("anakin", "catch_impala", "impala", "catch", 300_000, reference=Reference(1.0, "the maximum")),
             Entry("anakin", "catch_muzero", "muzero", "catch", 200_000, reference=Reference(1.0, "the maximum")),
-            Entry("anakin", "acrobot_ppo", "ppo", "gymnax:Acrobot-v1", 500_000,
-                  reference=Reference(-80, GYMNAX_BLINES)),
-            Entry("anakin", "pendulum_ppo", "ppo", "gymnax:Pendulum-v1", 1_000_000,
-                  reference=Reference(-130, GYMNAX_BLINES)),
-            Entry("sebulba", "cartpole_ppo", "ppo", "CartPole-v1", 300_000, flags=SEBULBA_CPU,
-                  reference=Reference(500, "the maximum")),
-            Entry("sebulba", "cartpole_impala", "impala", "CartPole-v1", 1_000_000, flags=SEBULBA_CPU,
-                  reference=Reference(500, "the maximum")),
-            Entry("sebulba", "cartpole_muzero", "muzero", "CartPole-v1", 250_000, flags=SEBULBA_CPU,
-                  reference=Reference(500, "the maximum")),
+            Entry(
+                "anakin", "acrobot_ppo", "ppo", "gymnax:Acrobot-v1", 500_000, reference=Reference(-80, GYMNAX_BLINES)
+            ),
+            Entry(
+                "anakin",
+                "pendulum_ppo",
+                "ppo",
+                "gymnax:Pendulum-v1",
+                1_000_000,
+                reference=Reference(-130, GYMNAX_BLINES),
+            ),
+            Entry(
+                "sebulba",
+                "cartpole_ppo",
+                "ppo",
+                "CartPole-v1",
+                300_000,
+                flags=SEBULBA_CPU,
+                reference=Reference(500, "the maximum"),
+            ),
+            Entry(
+                "sebulba",
+                "cartpole_impala",
+                "impala",
+                "CartPole-v1",
+                1_000_000,
+                flags=SEBULBA_CPU,
+                reference=Reference(500, "the maximum"),
+            ),
+            Entry(
+                "sebulba",
+                "cartpole_muzero",
+                "muzero",
+                "CartPole-v1",
+                250_000,
+                flags=SEBULBA_CPU,
+                reference=Reference(500, "the maximum"),
+            ),
         ),
     ),
     "minatar": Suite(
         about="PPO and IMPALA on four MinAtar games with Anakin, 3 seeds each (with `--purejaxrl`, PureJaxRL's "
-              "PPO beside them at the same budget and seeds). The networks are PureJaxRL's MinAtar MLP (64-64, ReLU): XLA:CPU's conv gradients would "
-              "make the suite several times longer here; on an accelerator the conv torso (`--torso conv`) costs "
-              "little and the budget can be the usual 10M steps.",
+        "PPO beside them at the same budget and seeds). The networks are PureJaxRL's MinAtar MLP (64-64, ReLU): XLA:CPU's conv gradients would "
+        "make the suite several times longer here; on an accelerator the conv torso (`--torso conv`) costs "
+        "little and the budget can be the usual 10M steps.",
         entries=tuple(
-            Entry("anakin", f"minatar_{agent}", agent, f"gymnax:{game}-MinAtar", 5_000_000,
-                  reference=Reference(reference, GYMNAX_BLINES), purejaxrl=agent == "ppo")
+            Entry(
+                "anakin",
+                f"minatar_{agent}",
+                agent,
+                f"gymnax:{game}-MinAtar",
+                5_000_000,
+                reference=Reference(reference, GYMNAX_BLINES),
+                purejaxrl=agent == "ppo",
+            )
             for game, reference in (("Breakout", 28), ("Asterix", 15), ("SpaceInvaders", 131), ("Freeway", 58))
             for agent in ("ppo", "impala")
         ),
     ),
     "atari": Suite(
         about="Pong-v5 on Sebulba, one seed each: IMPALA in the paper's setting (RMSProp, epsilon 0.01, on the loss "
-              "summed over the batch; 32 envs x 20 steps) with one gradient step per batch and with "
-              "`--num-minibatches 4` as Cleanba's IMPALA takes them, and PPO in Cleanba's setting. Until 2026-12-03 "
-              "the preset took Adam on the mean loss: with it IMPALA's policy stayed uniform (entropy 1.75-1.79 of "
-              "ln 6 = 1.79) for 10M frames with one minibatch (training return -20.0, greedy evaluation -21) and for "
-              "5M with four (-20.2), where Cleanba's IMPALA passes +15 by about 5M frames (the Pong panel of "
-              "static/cleanba/main_10CPU.png in its repository, 1 GPU). With RMSProp on the summed loss and four "
-              "minibatches it starts to learn at about 4M frames and is still climbing at 10M, about twice as slow "
-              "as Cleanba's curve (which has 4x the environments per batch and the IMPALA ResNet); with one "
-              "minibatch (4x fewer gradient steps) it leaves -20 only at about 8M frames (training -17.7 at 10M, "
-              "greedy evaluation still -20.25); that run shared the 2 cores with benchmark work for much of its hour, "
-              "so its steps/s (703) is below the ~1,000 of a quiet machine. PPO in Cleanba's setting (Nature CNN, "
-              "one torso, 16 envs x 32 steps) reaches a greedy evaluation of +20 at 10M frames (8 episodes, min "
-              "19; +9 at 8M); its training return (sampling policy, last 3 log windows) is +8.1 and still "
-              "climbing, where Cleanba's and CleanRL's PPO training curves pass +18 by about 10M frames, so on "
-              "the training curve it is slower than theirs (one seed; not investigated further). It ran in 3 "
-              "segments over 2.7 hours; the last, from 5.9M frames, on the conv gradients of `agents/conv.py` "
-              "(about 300 agent steps/s, where the earlier segments ran about 250); the one-episode dip to -19 at "
-              "5.9M frames in its training curve is the first log window after that resume. A run takes "
-              "hours on 2 CPU cores (`--max-minutes` stops a suite resumably and the next call continues it); the "
-              "4-minibatch run was started by hand with the suite's command and settings and then adopted. On a "
-              "GPU or TPU the learner's conv gradients, which dominate an update here, leave the CPU cores to "
-              "envpool and the actor threads (not measured here).",
+        "summed over the batch; 32 envs x 20 steps) with one gradient step per batch and with "
+        "`--num-minibatches 4` as Cleanba's IMPALA takes them, and PPO in Cleanba's setting. Until 2026-12-03 "
+        "the preset took Adam on the mean loss: with it IMPALA's policy stayed uniform (entropy 1.75-1.79 of "
+        "ln 6 = 1.79) for 10M frames with one minibatch (training return -20.0, greedy evaluation -21) and for "
+        "5M with four (-20.2), where Cleanba's IMPALA passes +15 by about 5M frames (the Pong panel of "
+        "static/cleanba/main_10CPU.png in its repository, 1 GPU). With RMSProp on the summed loss and four "
+        "minibatches it starts to learn at about 4M frames and is still climbing at 10M, about twice as slow "
+        "as Cleanba's curve (which has 4x the environments per batch and the IMPALA ResNet); with one "
+        "minibatch (4x fewer gradient steps) it leaves -20 only at about 8M frames (training -17.7 at 10M, "
+        "greedy evaluation still -20.25); that run shared the 2 cores with benchmark work for much of its hour, "
+        "so its steps/s (703) is below the ~1,000 of a quiet machine. PPO in Cleanba's setting (Nature CNN, "
+        "one torso, 16 envs x 32 steps) reaches a greedy evaluation of +20 at 10M frames (8 episodes, min "
+        "19; +9 at 8M); its training return (sampling policy, last 3 log windows) is +8.1 and still "
+        "climbing, where Cleanba's and CleanRL's PPO training curves pass +18 by about 10M frames, so on "
+        "the training curve it is slower than theirs (one seed; not investigated further). It ran in 3 "
+        "segments over 2.7 hours; the last, from 5.9M frames, on the conv gradients of `podracer/agents/conv.py` "
+        "(about 300 agent steps/s, where the earlier segments ran about 250); the one-episode dip to -19 at "
+        "5.9M frames in its training curve is the first log window after that resume. A run takes "
+        "hours on 2 CPU cores (`--max-minutes` stops a suite resumably and the next call continues it); the "
+        "4-minibatch run was started by hand with the suite's command and settings and then adopted. On a "
+        "GPU or TPU the learner's conv gradients, which dominate an update here, leave the CPU cores to "
+        "envpool and the actor threads (not measured here).",
         entries=(
             # IMPALA first: its learner is the cheaper, so a suite cut short has whole runs
-            Entry("sebulba", "atari_impala", "impala", "Pong-v5", 2_500_000, seeds=1, flags=SEBULBA_CPU,
-                  frame_skip=4, evaluations=5, reference=CLEANBA_IMPALA_PONG),
-            Entry("sebulba", "atari_impala", "impala", "Pong-v5", 2_500_000, seeds=1,
-                  flags=(*SEBULBA_CPU, "--num-minibatches", "4"), frame_skip=4, evaluations=5, variant="4mb",
-                  reference=CLEANBA_IMPALA_PONG),
-            Entry("sebulba", "breakout_ppo", "ppo", "Pong-v5", 2_500_000, seeds=1, flags=SEBULBA_CPU,
-                  frame_skip=4, evaluations=5,
-                  reference=Reference(18, "Cleanba/CleanRL PPO pass +18 by about 10M frames")),
+            Entry(
+                "sebulba",
+                "atari_impala",
+                "impala",
+                "Pong-v5",
+                2_500_000,
+                seeds=1,
+                flags=SEBULBA_CPU,
+                frame_skip=4,
+                evaluations=5,
+                reference=CLEANBA_IMPALA_PONG,
+            ),
+            Entry(
+                "sebulba",
+                "atari_impala",
+                "impala",
+                "Pong-v5",
+                2_500_000,
+                seeds=1,
+                flags=(*SEBULBA_CPU, "--num-minibatches", "4"),
+                frame_skip=4,
+                evaluations=5,
+                variant="4mb",
+                reference=CLEANBA_IMPALA_PONG,
+            ),
+            Entry(
+                "sebulba",
+                "breakout_ppo",
+                "ppo",
+                "Pong-v5",
+                2_500_000,
+                seeds=1,
+                flags=SEBULBA_CPU,
+                frame_skip=4,
+                evaluations=5,
+                reference=Reference(18, "Cleanba/CleanRL PPO pass +18 by about 10M frames"),
+            ),
         ),
     ),
 }

@@ -7,6 +7,14 @@ from podracer.types import Agent, EnvSpec, EpisodeStats, Trajectory
 __version__ = "0.1.0"
 
 __all__ = [
-    "DATA_AXES", "DEVICE_AXIS", "LANE_AXIS", "Agent", "EnvSpec", "EpisodeStats", "Trajectory",
-    "masked_mean", "mean_over_replicas", "single_replica",
+    "DATA_AXES",
+    "DEVICE_AXIS",
+    "LANE_AXIS",
+    "Agent",
+    "EnvSpec",
+    "EpisodeStats",
+    "Trajectory",
+    "masked_mean",
+    "mean_over_replicas",
+    "single_replica",
 ]

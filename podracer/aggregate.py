@@ -12,7 +12,8 @@ hand-computed cases.
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 import numpy as np
 import scipy.stats
@@ -32,8 +33,9 @@ class Estimate(NamedTuple):
     high: np.ndarray
 
 
-def bootstrap(scores: np.ndarray, estimator: str, reps: int = 2000, confidence: float = 0.95,
-              seed: int = 0) -> Estimate:
+def bootstrap(
+    scores: np.ndarray, estimator: str, reps: int = 2000, confidence: float = 0.95, seed: int = 0
+) -> Estimate:
     """``estimator`` of ``scores [runs, points]`` over the runs, and its percentile bootstrap interval.
 
     Every bootstrap replicate resamples the runs with replacement, the same

@@ -39,8 +39,9 @@ class CheckpointUnreadable(ValueError):
 @dataclasses.dataclass(frozen=True)
 class CheckpointConfig:
     checkpoint_every: int = knob(0, "updates between checkpoints (0: only on a stop signal and at the end)", minimum=0)
-    checkpoint_minutes: float = knob(0.0, "also checkpoint when this many minutes passed since the last (0: off)",
-        minimum=0)
+    checkpoint_minutes: float = knob(
+        0.0, "also checkpoint when this many minutes passed since the last (0: off)", minimum=0
+    )
     checkpoint_keep: int = knob(3, "checkpoints kept (the oldest are deleted)", minimum=1)
 
 
@@ -68,8 +69,13 @@ def _manager(run_dir: str, keep: int = 3):
 class Checkpointer:
     """Saves ``(state, counters)`` under ``run_dir`` when due; ``run_dir=None`` saves nothing."""
 
-    def __init__(self, run_dir: str | None, fingerprint: dict, config: CheckpointConfig = CheckpointConfig(),
-                 start_update: int = 0):
+    def __init__(
+        self,
+        run_dir: str | None,
+        fingerprint: dict,
+        config: CheckpointConfig = CheckpointConfig(),
+        start_update: int = 0,
+    ):
         check_knobs(config)
         self.config, self.fingerprint = config, fingerprint
         self.manager = _manager(run_dir, config.checkpoint_keep) if run_dir is not None else None
@@ -92,8 +98,9 @@ class Checkpointer:
         import orbax.checkpoint as ocp
 
         meta = {"format_version": FORMAT_VERSION, "fingerprint": self.fingerprint, "counters": counters}
-        self.manager.save(update, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
-                                                          meta=ocp.args.JsonSave(meta)))
+        self.manager.save(
+            update, args=ocp.args.Composite(state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta))
+        )
         self.manager.wait_until_finished()
         self.last_update, self.last_time = update, time.monotonic()
 
@@ -163,8 +170,9 @@ def _check_compatible(meta: dict, step: int, run_dir: str, fingerprint: dict) ->
         )
 
 
-def restore(run_dir: str, like: Any, fingerprint: dict, update: int | None = None,
-            repair: bool = True) -> tuple[Any, dict] | None:
+def restore(
+    run_dir: str, like: Any, fingerprint: dict, update: int | None = None, repair: bool = True
+) -> tuple[Any, dict] | None:
     """The newest checkpoint that restores: ``(state, counters)``, or None when there is none yet; ``like``
     is a state of the right structure and shardings. ``update`` restores that checkpoint only (a ValueError
     listing the others if there is none); ``repair=False`` leaves the run directory untouched (for reading a
@@ -189,8 +197,9 @@ def restore(run_dir: str, like: Any, fingerprint: dict, update: int | None = Non
             return None
         if update is not None:
             if update not in steps:
-                raise ValueError(f"{run_dir} has no checkpoint at update {update}; it has "
-                                 f"{', '.join(map(str, sorted(steps)))}")
+                raise ValueError(
+                    f"{run_dir} has no checkpoint at update {update}; it has {', '.join(map(str, sorted(steps)))}"
+                )
             steps = [update]
         abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, like)
         skipped = []
@@ -206,9 +215,31 @@ def restore(run_dir: str, like: Any, fingerprint: dict, update: int | None = Non
                 continue
             if skipped and repair and jax.process_index() == 0:
                 _set_aside(run_dir, [s for s in steps if s > step])
-                print(f"warning: skipped the checkpoint(s) that did not restore: {'; '.join(skipped)}; "
-                      f"resuming from update {step} (the damaged ones are in {DAMAGED_DIR}/)", file=sys.stderr)
+                print(
+                    f"warning: skipped the checkpoint(s) that did not restore: {'; '.join(skipped)}; "
+                    f"resuming from update {step} (the damaged ones are in {DAMAGED_DIR}/)",
+                    file=sys.stderr,
+                )
             return state, meta["counters"]
         raise CheckpointUnreadable(f"no checkpoint in {directory} restores: {'; '.join(skipped)}")
     finally:
         manager.close()
+
+
+def restore_for_reading(run_dir: str, like: Any, fingerprint: dict, update: int | None = None) -> tuple[Any, dict]:
+    """:func:`restore` without touching the run directory, for reading a run back (evaluation, notebooks):
+    ``(state, counters)``; a :class:`podracer.errors.RunDirectoryError` in one line when nothing restores."""
+    from podracer.errors import RunDirectoryError
+
+    try:
+        restored = restore(run_dir, like, fingerprint, update=update, repair=False)
+    except (IncompatibleCheckpoint, CheckpointUnreadable) as error:
+        raise RunDirectoryError(str(error).splitlines()[0]) from None
+    except ValueError as error:
+        raise RunDirectoryError(str(error)) from None
+    if restored is None:
+        raise RunDirectoryError(
+            f"{run_dir} holds no checkpoint yet (a run saves one at its end, on a stop signal "
+            "and with --checkpoint-every)"
+        )
+    return restored

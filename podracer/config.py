@@ -50,7 +50,9 @@ def flag_name(field_name: str) -> str:
     return "--" + field_name.replace("_", "-")
 
 
-def add_flags(parser: argparse.ArgumentParser | argparse._ArgumentGroup, cls: type, defaults: dict | None = None) -> None:
+def add_flags(
+    parser: argparse.ArgumentParser | argparse._ArgumentGroup, cls: type, defaults: dict | None = None
+) -> None:
     """Adds one flag per field of dataclass ``cls``; ``defaults`` overrides field defaults (presets)."""
     hints = typing.get_type_hints(cls)
     defaults = defaults or {}

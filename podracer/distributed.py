@@ -20,7 +20,6 @@ import time
 import jax
 import numpy as np
 
-
 HEARTBEAT_TIMEOUT_S = 60  # JAX's own verdict on a silent process (it aborts); the peer watch answers first
 KEEPALIVE = (10, 5, 4)  # TCP keepalive idle, interval, probes: a host that vanished is noticed in ~30 s
 PEER_LOST_EXIT = 1
@@ -61,8 +60,9 @@ def _gather_peers(host: str, port: int, num_processes: int, timeout_s: float) ->
     """Process 0: waits on the coordinator's address until every other process said hello."""
     try:  # on every interface, as JAX's coordinator binds: the host's name may resolve to a loopback address
         if socket.has_dualstack_ipv6():
-            listener = socket.create_server(("", port), family=socket.AF_INET6, backlog=num_processes,
-                                            dualstack_ipv6=True)
+            listener = socket.create_server(
+                ("", port), family=socket.AF_INET6, backlog=num_processes, dualstack_ipv6=True
+            )
         else:
             listener = socket.create_server(("", port), backlog=num_processes)
     except OSError as error:
@@ -75,13 +75,14 @@ def _gather_peers(host: str, port: int, num_processes: int, timeout_s: float) ->
                 conn, _ = listener.accept()
                 conn.settimeout(max(0.01, deadline - time.monotonic()))
                 peers[int(conn.recv(32).split()[1])] = _keep_alive(conn)
-            except (socket.timeout, ValueError, IndexError, OSError):
+            except (TimeoutError, ValueError, IndexError, OSError):
                 if time.monotonic() >= deadline:
                     missing = sorted(set(range(1, num_processes)) - set(peers))
                     raise CoordinatorUnreachable(
                         f"process(es) {missing} did not arrive at {host}:{port} within {timeout_s:.0f}s: start every "
                         f"process with the same --coordinator and --num-processes {num_processes}, or raise "
-                        "--coordinator-timeout") from None
+                        "--coordinator-timeout"
+                    ) from None
         for conn in peers.values():
             conn.settimeout(None)
             conn.sendall(b"go\n")
@@ -126,9 +127,12 @@ def _watch(peers: dict[int, socket.socket]) -> None:
             said = b""
         if said.startswith(b"bye"):
             return
-        print(f"podracer: process {process} is gone (its connection to this one closed without a goodbye), so "
-              f"process {jax.process_index()} stops too; resume the run from its last checkpoint with --resume",
-              file=sys.stderr, flush=True)
+        print(
+            f"podracer: process {process} is gone (its connection to this one closed without a goodbye), so "
+            f"process {jax.process_index()} stops too; resume the run from its last checkpoint with --resume",
+            file=sys.stderr,
+            flush=True,
+        )
         os._exit(PEER_LOST_EXIT)  # JAX's runtime cannot shut down cleanly without its peer
 
     for process, conn in peers.items():
@@ -144,10 +148,13 @@ def _detect_cluster(timeout_s: float) -> tuple[str, int, int, list[int] | None]:
     from jax._src.clusters import ClusterEnv  # JAX's detection; it has no public entry that only detects
 
     coordinator, num_processes, process_id, local_device_ids = ClusterEnv.auto_detect_unset_distributed_params(
-        None, None, None, None, None, int(timeout_s))
+        None, None, None, None, None, int(timeout_s)
+    )
     if coordinator is None or num_processes is None or process_id is None:
-        raise ValueError("a TPU slice or Slurm job was detected, but JAX could not tell its coordinator, process "
-                         "count and id: start the processes with --coordinator, --num-processes and --process-id")
+        raise ValueError(
+            "a TPU slice or Slurm job was detected, but JAX could not tell its coordinator, process "
+            "count and id: start the processes with --coordinator, --num-processes and --process-id"
+        )
     return coordinator, num_processes, process_id, local_device_ids
 
 
@@ -189,8 +196,9 @@ def initialize(
     elif not all(given):
         raise ValueError("--coordinator, --num-processes and --process-id go together: give all three")
     if num_processes < 1 or not 0 <= process_id < num_processes:
-        raise ValueError(f"--process-id must be in 0..{num_processes - 1} for --num-processes {num_processes}, "
-                         f"got {process_id}")
+        raise ValueError(
+            f"--process-id must be in 0..{num_processes - 1} for --num-processes {num_processes}, got {process_id}"
+        )
     if timeout_s <= 0:
         raise ValueError(f"--coordinator-timeout must be positive, got {timeout_s}")
     host, port = parse_address(coordinator)
@@ -201,8 +209,14 @@ def initialize(
     else:
         peers = _join(host, port, process_id, timeout_s)
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
-    jax.distributed.initialize(coordinator, num_processes, process_id, local_device_ids=local_device_ids,
-                               initialization_timeout=int(timeout_s), heartbeat_timeout_seconds=HEARTBEAT_TIMEOUT_S)
+    jax.distributed.initialize(
+        coordinator,
+        num_processes,
+        process_id,
+        local_device_ids=local_device_ids,
+        initialization_timeout=int(timeout_s),
+        heartbeat_timeout_seconds=HEARTBEAT_TIMEOUT_S,
+    )
     _PEERS.update(peers)
     _watch(peers)
     return True

@@ -23,7 +23,9 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from typing import Any, Callable, ContextManager, NamedTuple
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import Any, NamedTuple
 
 import jax
 import numpy as np
@@ -34,7 +36,6 @@ from podracer.errors import NonFiniteLossError
 from podracer.evaluation import EvalConfig, Evaluator
 from podracer.runlog import RunLog, Timer
 from podracer.signals import StopRequested, stop_on_signals
-
 
 TRAINING = "training"  # the driver's one timed component: the steps, compilation apart
 
@@ -88,7 +89,7 @@ class Program(NamedTuple):
     num_seeds: int
     init: Callable[[], Any]
     compile: Callable[[Any], Callable[[Any, int, int], tuple[Any, StepStats]]]
-    running: Callable[[Any, int], ContextManager]
+    running: Callable[[Any, int], AbstractContextManager]
     describe: Callable[[StepStats, dict], dict]
     report: Callable[[float], tuple[dict, str | None]]
     interrupt: threading.Event
@@ -191,8 +192,9 @@ class _Run:
         self.checkpointer = Checkpointer(options.run_dir, program.fingerprint, options.checkpoint, first_update)
         self.pace = Pace(program.updates_per_step)
         evaluation = options.evaluation
-        self.evaluator = program.make_evaluator(evaluation) if program.make_evaluator and evaluation.eval_episodes \
-            else None
+        self.evaluator = (
+            program.make_evaluator(evaluation) if program.make_evaluator and evaluation.eval_episodes else None
+        )
         # Evaluations fall on whole updates: every ceil(eval_every / steps per update) of them.
         self.eval_updates = -(-evaluation.eval_every // program.steps_per_update) if evaluation.eval_every else 0
         self.final_evaluation = None
@@ -244,8 +246,13 @@ class _Run:
                 program.interrupt.set()
                 break
             to_window_end = program.updates_per_window - self.done % program.updates_per_window
-            n = min(self.pace.updates(), program.num_updates - self.done, to_window_end,
-                    self.checkpointer.updates_until_due(self.done), self.updates_until_evaluation())
+            n = min(
+                self.pace.updates(),
+                program.num_updates - self.done,
+                to_window_end,
+                self.checkpointer.updates_until_due(self.done),
+                self.updates_until_evaluation(),
+            )
             try:
                 with self.clock.time(TRAINING):
                     state, stats = step(state, self.done, n)
@@ -287,15 +294,21 @@ def drive(program: Program, options: RunOptions = RunOptions()) -> RunResult:
             state, counters = restored
             first_update, clock.seconds[TRAINING] = counters["update"], counters["time"]
         logging_process = jax.process_index() == 0
-        log = RunLog(options.run_dir if logging_process else None, program.config,
-                     program.num_updates * program.steps_per_update, options.quiet or not logging_process,
-                     resume_update=first_update if options.resume else None)
+        log = RunLog(
+            options.run_dir if logging_process else None,
+            program.config,
+            program.num_updates * program.steps_per_update,
+            options.quiet or not logging_process,
+            resume_update=first_update if options.resume else None,
+        )
         run = _Run(program, options, log, first_update, clock)
         try:
             log.message(program.banner)
             if restored is not None:
-                log.message(f"resumed from the checkpoint at update {first_update} "
-                            f"({first_update * program.steps_per_update:,} env steps)")
+                log.message(
+                    f"resumed from the checkpoint at update {first_update} "
+                    f"({first_update * program.steps_per_update:,} env steps)"
+                )
             elif options.resume:
                 log.message(f"{options.run_dir} holds no checkpoint yet: starting it from scratch with its settings")
             start = time.perf_counter()
@@ -325,13 +338,17 @@ def _finish(run: _Run, state, compile_seconds: float, caught: list[str] | None) 
     rate = f"{steps * program.num_seeds / max(seconds, 1e-9):,.0f} steps/s"
     if program.frame_skip != 1:
         rate += f", {frames / max(seconds, 1e-9):,.0f} frames/s"
-    run.log.message(f"done: {steps:,} env steps{' per seed' if program.num_seeds > 1 else ''} in {seconds:.1f}s "
-                    f"({rate} after a {compile_seconds:.1f}s compile)")
+    run.log.message(
+        f"done: {steps:,} env steps{' per seed' if program.num_seeds > 1 else ''} in {seconds:.1f}s "
+        f"({rate} after a {compile_seconds:.1f}s compile)"
+    )
     final = run.final_evaluation
     if final and final["eval_episodes"]:
-        run.log.message(f"evaluation: return {final['eval_return']:.4g} ± {final['eval_return_stderr']:.2g} (standard "
-                        f"error) over {final['eval_episodes']} episodes, min {final['eval_return_min']:.4g}, "
-                        f"max {final['eval_return_max']:.4g}")
+        run.log.message(
+            f"evaluation: return {final['eval_return']:.4g} ± {final['eval_return_stderr']:.2g} (standard "
+            f"error) over {final['eval_episodes']} episodes, min {final['eval_return_min']:.4g}, "
+            f"max {final['eval_return_max']:.4g}"
+        )
     return RunResult(state, run.log.records, compile_seconds, seconds, steps, frames, timings, stopped_by, final)
 
 

@@ -13,7 +13,8 @@ parameters had trained for).
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Protocol
+from collections.abc import Callable
+from typing import Protocol
 
 import numpy as np
 
@@ -25,13 +26,19 @@ POLICIES = ("greedy", "sample")
 
 @dataclasses.dataclass(frozen=True)
 class EvalConfig:
-    eval_every: int = knob(0, "env steps (per seed) between evaluations on separate environments; 0: only the "
-                           "final one", minimum=0)
-    eval_episodes: int = knob(8, "episodes per evaluation (per seed); 0: no evaluation, not even the final one",
-                              minimum=0)
-    eval_policy: str = knob("greedy", "the agent's best action (greedy: argmax, the Gaussian's mean, the search's "
-                            "most weighted; an agent without Agent.act_greedy samples) or a sample of its policy "
-                            "(sample)", choices=POLICIES)
+    eval_every: int = knob(
+        0, "env steps (per seed) between evaluations on separate environments; 0: only the final one", minimum=0
+    )
+    eval_episodes: int = knob(
+        8, "episodes per evaluation (per seed); 0: no evaluation, not even the final one", minimum=0
+    )
+    eval_policy: str = knob(
+        "greedy",
+        "the agent's best action (greedy: argmax, the Gaussian's mean, the search's "
+        "most weighted; an agent without Agent.act_greedy samples) or a sample of its policy "
+        "(sample)",
+        choices=POLICIES,
+    )
 
 
 OFF = EvalConfig(eval_episodes=0)  # no evaluation at all (benchmarks, and tests of something else)

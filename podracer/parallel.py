@@ -10,7 +10,7 @@ one of them has size 1.
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -182,7 +182,7 @@ def put_local_share(tree, sharding: NamedSharding):
         index_map = sharding.addressable_devices_indices_map(global_shape)
         base = min(index[1].start or 0 for index in index_map.values())
         pieces = [
-            jax.device_put(x[:, (index[1].start or 0) - base:index[1].stop - base], device)
+            jax.device_put(x[:, (index[1].start or 0) - base : index[1].stop - base], device)
             for device, index in index_map.items()
         ]
         return jax.make_array_from_single_device_arrays(global_shape, sharding, pieces)

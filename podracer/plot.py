@@ -74,8 +74,13 @@ def _group(run_dir: str) -> str:
         return os.path.basename(os.path.normpath(run_dir))
 
 
-def aggregate_runs(run_dirs: list[str], metric: str = "episode_return", estimator: str = "iqm",
-                   reps: int = 2000, x_key: str = "env_steps") -> dict:
+def aggregate_runs(
+    run_dirs: list[str],
+    metric: str = "episode_return",
+    estimator: str = "iqm",
+    reps: int = 2000,
+    x_key: str = "env_steps",
+) -> dict:
     """Every group's curve and final score over its runs (and seeds): the estimate and its 95% interval.
 
     Curves are compared on the first run's log steps, up to where the shortest
@@ -87,7 +92,9 @@ def aggregate_runs(run_dirs: list[str], metric: str = "episode_return", estimato
         raise ValueError(f"unknown aggregate {estimator!r}: choose one of {sorted(ESTIMATORS)}")
     groups: dict[str, list] = {}
     for run_dir in run_dirs:
-        groups.setdefault(_group(run_dir), []).extend((run_dir, curve) for curve in _seed_curves(run_dir, metric, x_key))
+        groups.setdefault(_group(run_dir), []).extend(
+            (run_dir, curve) for curve in _seed_curves(run_dir, metric, x_key)
+        )
     result = {}
     for name, curves in groups.items():
         end = min(steps[-1] for _, (steps, _) in curves)
@@ -96,11 +103,20 @@ def aggregate_runs(run_dirs: list[str], metric: str = "episode_return", estimato
         finals = np.stack([values[steps <= end][-FINAL_WINDOWS:].mean() for _, (steps, values) in curves])
         curve, final = bootstrap(scores, estimator, reps), bootstrap(finals[:, None], estimator, reps)
         result[name] = {
-            "runs": [run_dir for run_dir, _ in curves], "estimator": estimator, "metric": metric,
-            "env_steps": grid.tolist(), "point": curve.point.tolist(), "low": curve.low.tolist(),
+            "runs": [run_dir for run_dir, _ in curves],
+            "estimator": estimator,
+            "metric": metric,
+            "env_steps": grid.tolist(),
+            "point": curve.point.tolist(),
+            "low": curve.low.tolist(),
             "high": curve.high.tolist(),
-            "final": {"point": float(final.point[0]), "low": float(final.low[0]), "high": float(final.high[0]),
-                      "per_run": finals.tolist(), "windows": FINAL_WINDOWS},
+            "final": {
+                "point": float(final.point[0]),
+                "low": float(final.low[0]),
+                "high": float(final.high[0]),
+                "per_run": finals.tolist(),
+                "windows": FINAL_WINDOWS,
+            },
         }
     return result
 
@@ -114,15 +130,21 @@ def plot_aggregate(run_dirs: list[str], out: str, metric: str = "episode_return"
     import matplotlib.pyplot as plt
 
     groups = aggregate_runs(run_dirs, metric, estimator)
-    fig, (curves, finals) = plt.subplots(1, 2, figsize=(11, 4), constrained_layout=True,
-                                         gridspec_kw={"width_ratios": [3, 1]})
+    fig, (curves, finals) = plt.subplots(
+        1, 2, figsize=(11, 4), constrained_layout=True, gridspec_kw={"width_ratios": [3, 1]}
+    )
     for i, (name, g) in enumerate(groups.items()):
         label = f"{name} ({len(g['runs'])} runs)"
         curves.plot(g["env_steps"], g["point"], label=label)
         curves.fill_between(g["env_steps"], g["low"], g["high"], alpha=0.25)
         final = g["final"]
-        finals.errorbar([i], [final["point"]], yerr=[[final["point"] - final["low"]], [final["high"] - final["point"]]],
-                        fmt="o", capsize=4)
+        finals.errorbar(
+            [i],
+            [final["point"]],
+            yerr=[[final["point"] - final["low"]], [final["high"] - final["point"]]],
+            fmt="o",
+            capsize=4,
+        )
     what = f"{estimator.upper() if estimator == 'iqm' else estimator} {metric.replace('_', ' ')}"
     curves.set_xlabel("environment steps (per seed)")
     curves.set_ylabel(f"{what} (95% bootstrap interval)")

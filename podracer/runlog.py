@@ -64,8 +64,10 @@ def read_records(path: str) -> list[dict]:
         except json.JSONDecodeError as error:
             if number != lines[-1][0]:
                 raise ValueError(f"{path}: line {number} is not a JSON record ({error})") from None
-            print(f"warning: {path}: dropped its torn last line {number} (the run stopped while writing it)",
-                  file=sys.stderr)
+            print(
+                f"warning: {path}: dropped its torn last line {number} (the run stopped while writing it)",
+                file=sys.stderr,
+            )
     return records
 
 
@@ -128,8 +130,9 @@ class RunLog:
         metrics_path = os.path.join(run_dir, METRICS_FILE)
         purge_step = None
         if resume_update is None and run_started(run_dir):
-            raise FileExistsError(f"{run_dir} already holds a run; continue it with --resume {run_dir}, "
-                                  "or choose another --logdir")
+            raise FileExistsError(
+                f"{run_dir} already holds a run; continue it with --resume {run_dir}, or choose another --logdir"
+            )
         with open(os.path.join(run_dir, CONFIG_FILE), "w") as f:  # what this segment runs with
             json.dump(_jsonable(config), f, indent=2, sort_keys=True)
         if resume_update is None:
@@ -228,7 +231,7 @@ class Timer:
         self.seconds: dict[str, float] = defaultdict(float)
         self.latest: dict[str, float] = {}  # the last timing of each component
 
-    def time(self, component: str) -> "_Timing":
+    def time(self, component: str) -> _Timing:
         return _Timing(self, component)
 
     def last(self, component: str) -> float:
@@ -247,3 +250,19 @@ class _Timing:
         self.timer.seconds[self.component] += seconds
         self.timer.latest[self.component] = seconds
         return False
+
+
+def read_saved_run(run_dir: str, architecture: str) -> dict:
+    """:func:`read_run_config` for reading back a run of ``architecture`` (``anakin`` or ``sebulba``), refused
+    in one line (:class:`podracer.errors.RunDirectoryError`) where there is none."""
+    from podracer.errors import RunDirectoryError
+
+    try:
+        saved = read_run_config(run_dir)
+    except FileNotFoundError:
+        raise RunDirectoryError(f"{run_dir}: no {CONFIG_FILE} there, so no podracer run to read") from None
+    except ValueError as error:
+        raise RunDirectoryError(str(error)) from None
+    if saved["architecture"] != architecture:
+        raise RunDirectoryError(f"{run_dir} holds a {saved['architecture']!r} run, not an {architecture} one")
+    return saved

@@ -34,7 +34,6 @@ def stop_on_signals(stop: threading.Event, caught: list[str]):
             signal.signal(sig, old)
 
 
-
 def arrived(signum: int) -> str:
     """The name of the signal a handler runs for, taken in the order the signals arrived.
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Callable, NamedTuple, Union
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -47,8 +48,10 @@ class Box:
         if not low or len(low) != len(high):
             raise ValueError(f"continuous action bounds need as many lows as highs (at least one): {low} vs {high}")
         if not all(math.isfinite(x) for x in low + high):
-            raise ValueError(f"continuous action bounds must be finite, got low={low}, high={high}: the Gaussian "
-                             "policies map their samples into the bounds")
+            raise ValueError(
+                f"continuous action bounds must be finite, got low={low}, high={high}: the Gaussian "
+                "policies map their samples into the bounds"
+            )
         if not all(lo < hi for lo, hi in zip(low, high)):
             raise ValueError(f"continuous action bounds need low < high in every dimension, got {low} and {high}")
         object.__setattr__(self, "low", low)
@@ -59,7 +62,7 @@ class Box:
         return (len(self.low),)
 
 
-ActionSpec = Union[Discrete, Box]
+ActionSpec = Discrete | Box
 
 
 class EnvSpec(NamedTuple):
@@ -86,8 +89,9 @@ class EnvSpec(NamedTuple):
     def num_actions(self) -> int:
         """The size of a discrete action set (an error for continuous actions)."""
         if not self.discrete:
-            raise ValueError(f"this environment's actions are continuous ({self.actions.shape[0]}-dimensional), "
-                             "not a discrete set")
+            raise ValueError(
+                f"this environment's actions are continuous ({self.actions.shape[0]}-dimensional), not a discrete set"
+            )
         return self.actions.num_actions
 
 

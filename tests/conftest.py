@@ -6,6 +6,8 @@ os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + " --xla_force_host_p
 
 import jax  # noqa: E402
 
-import sebulba  # noqa: E402,F401 - before JAX starts its backends, as the podracer command does
+from podracer.sebulba import prefer_synchronous_cpu_dispatch  # noqa: E402
+
+prefer_synchronous_cpu_dispatch()  # before JAX starts its backends, as the podracer command does
 
 assert jax.device_count() == 8, "tests need 8 simulated devices: XLA_FLAGS was set too late"

@@ -7,8 +7,8 @@ import os
 import numpy as np
 import pytest
 
-from experiments.cli import main
 from podracer.aggregate import bootstrap
+from podracer.cli.main import main
 from podracer.plot import aggregate_runs
 
 

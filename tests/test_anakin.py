@@ -3,14 +3,14 @@
 import dataclasses
 
 import jax
+import jax.extend
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import envs
-import jax.extend
-from agents import PPOConfig, make_agent
-from anakin import AnakinConfig, NonFiniteLossError, anakin_mesh, geometry, make_anakin, train, train_agent
+from podracer import envs
+from podracer.agents import PPOConfig, make_agent
+from podracer.anakin import AnakinConfig, NonFiniteLossError, anakin_mesh, geometry, make_anakin, train, train_agent
 from podracer.evaluation import OFF as NO_EVALUATION  # training is what these tests look at
 from podracer.types import Agent, BatchShape
 
@@ -31,7 +31,10 @@ def _assert_close(a, b, **tol):
 
 
 def test_batch_that_does_not_split_over_devices_fails_before_compiling():
-    with pytest.raises(ValueError, match=r"--num-envs 100 does not split evenly over 8 device\(s\) x 1 lane\(s\).*multiple of 8 \(e.g. 96 or 104\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"--num-envs 100 does not split evenly over 8 device\(s\) x 1 lane\(s\).*multiple of 8 \(e.g. 96 or 104\)",
+    ):
         geometry(AnakinConfig(num_envs=100), 8)
     with pytest.raises(ValueError, match=r"--num-envs 64 .* 8 device\(s\) x 3 lane\(s\) = 24 replicas"):
         geometry(AnakinConfig(num_envs=64, lanes=3), 8)
@@ -103,8 +106,11 @@ def test_seeds_initialise_without_a_batched_qr():
     geo = geometry(AnakinConfig(num_envs=4, num_seeds=3, total_env_steps=4 * 16 * 2), 1)
     agent = make_agent("ppo", SMALL_PPO, env.spec, BatchShape(geo.num_updates, geo.rollout_len, geo.envs_per_lane))
     program = make_anakin(agent, env, geo, anakin_mesh(jax.devices()[:1], geo.lanes))
-    qr_operands = [eqn.invars[0].aval.shape for eqn in _equations(jax.make_jaxpr(program.init)(0).jaxpr)
-                   if eqn.primitive.name == "qr"]
+    qr_operands = [
+        eqn.invars[0].aval.shape
+        for eqn in _equations(jax.make_jaxpr(program.init)(0).jaxpr)
+        if eqn.primitive.name == "qr"
+    ]
     assert qr_operands, "the PPO network's orthogonal initialisation should show up as QR decompositions"
     assert all(len(shape) == 2 for shape in qr_operands), qr_operands
 
@@ -124,8 +130,9 @@ def _nan_agent(bad_update):
 
 @pytest.mark.parametrize("update_loop", ["device", "host"])
 def test_a_non_finite_loss_stops_the_run_naming_the_update(update_loop):
-    config = AnakinConfig(num_envs=8, rollout_len=4, total_env_steps=8 * 4 * 20, log_interval=8 * 4 * 5,
-                          update_loop=update_loop)
+    config = AnakinConfig(
+        num_envs=8, rollout_len=4, total_env_steps=8 * 4 * 20, log_interval=8 * 4 * 5, update_loop=update_loop
+    )
     with pytest.raises(NonFiniteLossError, match=r"non-finite at update 7 \(seed 0\)"):
         train_agent(_nan_agent(bad_update=7), envs.make("catch"), config, quiet=True, evaluation=NO_EVALUATION)
 
@@ -135,11 +142,23 @@ def test_a_run_that_failed_at_its_first_update_leaves_its_directory_reusable(tmp
 
     config = AnakinConfig(num_envs=8, rollout_len=4, total_env_steps=8 * 4 * 4, num_devices=1)
     with pytest.raises(NonFiniteLossError, match="update 1"):
-        train_agent(_nan_agent(bad_update=1), envs.make("catch"), config, run_dir=str(tmp_path), quiet=True,
-                    evaluation=NO_EVALUATION)
+        train_agent(
+            _nan_agent(bad_update=1),
+            envs.make("catch"),
+            config,
+            run_dir=str(tmp_path),
+            quiet=True,
+            evaluation=NO_EVALUATION,
+        )
     assert not run_started(str(tmp_path))  # config.json only: no record, no checkpoint
-    result = train_agent(_nan_agent(bad_update=1000), envs.make("catch"), config, run_dir=str(tmp_path), quiet=True,
-                         evaluation=NO_EVALUATION)
+    result = train_agent(
+        _nan_agent(bad_update=1000),
+        envs.make("catch"),
+        config,
+        run_dir=str(tmp_path),
+        quiet=True,
+        evaluation=NO_EVALUATION,
+    )
     assert result.records[-1]["update"] == 4 and run_started(str(tmp_path))
 
 
@@ -156,7 +175,9 @@ def test_program_runs_many_updates_per_call_without_recompiling():
 
 @pytest.mark.slow
 def test_host_and_device_update_loops_train_identically():
-    config = AnakinConfig(num_envs=16, rollout_len=8, total_env_steps=16 * 8 * 6, num_devices=2, log_interval=16 * 8 * 3)
+    config = AnakinConfig(
+        num_envs=16, rollout_len=8, total_env_steps=16 * 8 * 6, num_devices=2, log_interval=16 * 8 * 3
+    )
     on_device = _train(dataclasses.replace(config, update_loop="device"))
     on_host = _train(dataclasses.replace(config, update_loop="host"))
     _assert_close(_params(on_device), _params(on_host), rtol=1e-5, atol=1e-6)

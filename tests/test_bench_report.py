@@ -50,8 +50,9 @@ def test_accelerator_plans_use_the_hosts_own_devices():
 
 def test_an_accelerator_measurement_refuses_a_cpu_only_host():
     with pytest.raises(RuntimeError, match="JAX found no GPU or TPU"):
-        bench_process.measure("experiments/benchmark_muzero.py", "search", None, env_id="CartPole-v1", batch=2,
-                              simulations=2, calls=1)
+        bench_process.measure(
+            "experiments/benchmark_muzero.py", "search", None, env_id="CartPole-v1", batch=2, simulations=2, calls=1
+        )
 
 
 @pytest.mark.parametrize("script", ["benchmark_anakin.py", "benchmark_sebulba.py", "benchmark_muzero.py"])
@@ -59,19 +60,36 @@ def test_accelerator_on_a_cpu_only_host_is_a_one_line_error(script):
     import subprocess
     import sys
 
-    out = subprocess.run([sys.executable, os.path.join(bench_process.ROOT, "experiments", script), "--accelerator",
-                          "--out", ""], capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, os.path.join(bench_process.ROOT, "experiments", script), "--accelerator", "--out", ""],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 2 and "JAX sees no GPU or TPU" in out.stderr and "Traceback" not in out.stderr
 
 
-@pytest.mark.parametrize("extra, message", [([], "no cleanba/cleanba_ppo.py there"),
-                                            (["--accelerator"], "run it without --accelerator")])
+@pytest.mark.parametrize(
+    "extra, message", [([], "no cleanba/cleanba_ppo.py there"), (["--accelerator"], "run it without --accelerator")]
+)
 def test_a_bad_cleanba_checkout_is_a_one_line_error_before_any_measurement(tmp_path, extra, message):
     import subprocess
     import sys
 
-    out = subprocess.run([sys.executable, os.path.join(bench_process.ROOT, "experiments", "benchmark_sebulba.py"),
-                          "--cleanba", str(tmp_path), "--out", "", *extra], capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [
+            sys.executable,
+            os.path.join(bench_process.ROOT, "experiments", "benchmark_sebulba.py"),
+            "--cleanba",
+            str(tmp_path),
+            "--out",
+            "",
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 2 and message in out.stderr and "Traceback" not in out.stderr
     assert "BENCH" not in out.stdout
 
@@ -124,8 +142,16 @@ def test_hlo_kernels_tells_matrix_multiplications_from_other_kernels():
 def test_the_cleanba_row_has_the_ratio_and_podracers_learner_busy_share():
     from experiments import benchmark_sebulba
 
-    ours = {"agent": "ppo", "envs_per_thread": 16, "rollout_len": 32, "sps": 40.0, "update_s": 12.8,
-            "timings": {"learner_update": 90.0}, "train_s": 100.0, "compile_s": 30.0}
+    ours = {
+        "agent": "ppo",
+        "envs_per_thread": 16,
+        "rollout_len": 32,
+        "sps": 40.0,
+        "update_s": 12.8,
+        "timings": {"learner_update": 90.0},
+        "train_s": 100.0,
+        "compile_s": 30.0,
+    }
     theirs = {"sps": 32.0, "update_s": 16.0, "startup_s": 70.0}
     raw = {"env_id": "CartPole-v1", "num_envs": 8, "batch_size": 8, "threads": 1, "sps": 1000.0}
     lines = benchmark_sebulba.report_lines(False, [raw], [], [], [(ours, theirs)])

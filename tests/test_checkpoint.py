@@ -15,17 +15,29 @@ import jax
 import numpy as np
 import pytest
 
-from agents import PPOConfig
-from anakin import AnakinConfig, train
-from experiments.cli import main
-from experiments.presets import ANAKIN_PRESETS
+from podracer.agents import PPOConfig
+from podracer.anakin import AnakinConfig, train
+from podracer.cli.main import main
+from podracer.cli.presets import ANAKIN_PRESETS
 from podracer.distributed import CoordinatorUnreachable, initialize
 from podracer.evaluation import OFF as NO_EVALUATION  # training is what these tests look at
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PRESET = ANAKIN_PRESETS["catch_ppo"]
-FLAGS = ["--preset", "catch_ppo", "--num-devices", "2", "--total-env-steps", "150000", "--log-interval", "4096",
-         "--checkpoint-every", "8", "--eval-episodes", "0"]
+FLAGS = [
+    "--preset",
+    "catch_ppo",
+    "--num-devices",
+    "2",
+    "--total-env-steps",
+    "150000",
+    "--log-interval",
+    "4096",
+    "--checkpoint-every",
+    "8",
+    "--eval-episodes",
+    "0",
+]
 CONFIG = AnakinConfig(**{**PRESET["anakin"], "total_env_steps": 150_000, "log_interval": 4096}, num_devices=2)
 
 
@@ -34,7 +46,7 @@ def _params(state):
 
 
 def _cli(*args):
-    return [sys.executable, "-m", "experiments.cli", "anakin", *args]
+    return [sys.executable, "-m", "podracer.cli.main", "anakin", *args]
 
 
 def _sigterm_after_progress(command, lines: int) -> int:
@@ -58,15 +70,23 @@ def test_sigterm_then_resume_gives_the_uninterrupted_parameters_and_gapless_metr
     assert stopped and stopped[-1]["update"] < 147  # it really stopped mid-way
     assert glob.glob(os.path.join(run_dir, "checkpoints", str(stopped[-1]["update"])))
 
-    resumed = train("ppo", PPOConfig(**PRESET["agent_config"]), "catch", CONFIG, run_dir, quiet=True, resume=True,
-                    evaluation=NO_EVALUATION)
+    resumed = train(
+        "ppo",
+        PPOConfig(**PRESET["agent_config"]),
+        "catch",
+        CONFIG,
+        run_dir,
+        quiet=True,
+        resume=True,
+        evaluation=NO_EVALUATION,
+    )
     reference = train("ppo", PPOConfig(**PRESET["agent_config"]), "catch", CONFIG, quiet=True, evaluation=NO_EVALUATION)
     jax.tree.map(np.testing.assert_array_equal, _params(resumed.state), _params(reference.state))
 
     records = [json.loads(line) for line in open(os.path.join(run_dir, "metrics.jsonl"))]
     updates = [r["update"] for r in records]
     assert updates == sorted(set(updates)) and updates[-1] == reference.records[-1]["update"]
-    assert records[:len(stopped)] == stopped  # the metrics before the stop are kept as written
+    assert records[: len(stopped)] == stopped  # the metrics before the stop are kept as written
     steps_per_update = records[0]["env_steps"] // records[0]["update"]
     assert all(r["env_steps"] == r["update"] * steps_per_update for r in records)
     assert records[-1]["time"] > stopped[-1]["time"]  # training time continues
@@ -80,17 +100,35 @@ def test_observation_statistics_resume_bit_exactly(tmp_path):
     preset = ANAKIN_PRESETS["pendulum_ppo"]
     config = AnakinConfig(**{**preset["anakin"], "total_env_steps": 50_000, "log_interval": 8192}, num_devices=2)
     run_dir = str(tmp_path / "stopped")
-    flags = ["--preset", "pendulum_ppo", "--num-devices", "2", "--total-env-steps", "50000", "--log-interval",
-             "8192", "--checkpoint-every", "4", "--eval-episodes", "0", "--logdir", run_dir]
+    flags = [
+        "--preset",
+        "pendulum_ppo",
+        "--num-devices",
+        "2",
+        "--total-env-steps",
+        "50000",
+        "--log-interval",
+        "8192",
+        "--checkpoint-every",
+        "4",
+        "--eval-episodes",
+        "0",
+        "--logdir",
+        run_dir,
+    ]
     assert _sigterm_after_progress(_cli(*flags), lines=2) == 143
     stopped = [json.loads(line) for line in open(os.path.join(run_dir, "metrics.jsonl"))]
     assert stopped and stopped[-1]["env_steps"] < 45_000
 
     agent_config = PPOConfig(**preset["agent_config"])
-    resumed = train("ppo", agent_config, preset["env"], config, run_dir, quiet=True, resume=True,
-                    evaluation=NO_EVALUATION)
+    resumed = train(
+        "ppo", agent_config, preset["env"], config, run_dir, quiet=True, resume=True, evaluation=NO_EVALUATION
+    )
     reference = train("ppo", agent_config, preset["env"], config, quiet=True, evaluation=NO_EVALUATION)
-    learner = lambda result: jax.tree.map(lambda x: np.asarray(x.addressable_data(0)), result.state.learner)
+
+    def learner(result):
+        return jax.tree.map(lambda x: np.asarray(x.addressable_data(0)), result.state.learner)
+
     moments = learner(reference).obs_moments
     assert moments.count == reference.records[-1]["env_steps"]  # every observation learnt from, on both devices
     jax.tree.map(np.testing.assert_array_equal, learner(resumed), learner(reference))
@@ -100,8 +138,13 @@ def test_observation_statistics_resume_bit_exactly(tmp_path):
 def test_sigterm_stops_a_long_run_within_seconds_with_a_checkpoint(tmp_path):
     """A 100M-step run logs every 5M steps (~1 minute here); a stop must not wait for the log window."""
     run_dir = str(tmp_path / "long")
-    proc = subprocess.Popen(_cli("--total-env-steps", "100000000", "--num-devices", "1", "--logdir", run_dir),
-                            cwd=ROOT, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    proc = subprocess.Popen(
+        _cli("--total-env-steps", "100000000", "--num-devices", "1", "--logdir", run_dir),
+        cwd=ROOT,
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+    )
     for line in proc.stderr:
         if line.startswith("compiled in"):
             break
@@ -120,9 +163,26 @@ def test_sigterm_stops_a_long_run_within_seconds_with_a_checkpoint(tmp_path):
 @pytest.mark.slow
 def test_checkpoint_every_n_updates_means_every_n_updates(tmp_path):
     run_dir = str(tmp_path / "every")
-    code = main(["anakin", "--preset", "catch_ppo", "--num-devices", "1", "--total-env-steps", "20480",
-                 "--log-interval", "20480", "--checkpoint-every", "3", "--checkpoint-keep", "100", "--quiet",
-                 "--logdir", run_dir])
+    code = main(
+        [
+            "anakin",
+            "--preset",
+            "catch_ppo",
+            "--num-devices",
+            "1",
+            "--total-env-steps",
+            "20480",
+            "--log-interval",
+            "20480",
+            "--checkpoint-every",
+            "3",
+            "--checkpoint-keep",
+            "100",
+            "--quiet",
+            "--logdir",
+            run_dir,
+        ]
+    )
     assert code == 0
     kept = sorted(int(os.path.basename(p)) for p in glob.glob(os.path.join(run_dir, "checkpoints", "[0-9]*")))
     assert kept == [3, 6, 9, 12, 15, 18, 20]  # 20 updates in one log window; the last at the end
@@ -132,8 +192,20 @@ def test_checkpoint_every_n_updates_means_every_n_updates(tmp_path):
 @pytest.mark.parametrize("damage", ["truncate a state file", "delete the state metadata"])
 def test_resume_falls_back_to_the_newest_checkpoint_that_restores(tmp_path, capsys, damage):
     run_dir = str(tmp_path / "run")
-    flags = ["anakin", "--preset", "catch_ppo", "--num-devices", "1", "--total-env-steps", "12288",
-             "--log-interval", "2048", "--checkpoint-every", "6", "--quiet"]
+    flags = [
+        "anakin",
+        "--preset",
+        "catch_ppo",
+        "--num-devices",
+        "1",
+        "--total-env-steps",
+        "12288",
+        "--log-interval",
+        "2048",
+        "--checkpoint-every",
+        "6",
+        "--quiet",
+    ]
     assert main([*flags, "--logdir", run_dir]) == 0  # 12 updates: checkpoints at 6 and 12
     newest = os.path.join(run_dir, "checkpoints", "12", "state")
     if damage == "truncate a state file":
@@ -155,9 +227,13 @@ def test_resume_falls_back_to_the_newest_checkpoint_that_restores(tmp_path, caps
 @pytest.mark.slow
 def test_a_stop_while_compiling_leaves_a_run_that_resumes(tmp_path):
     run_dir = str(tmp_path / "early")
-    proc = subprocess.Popen(_cli("--preset", "catch_ppo", "--num-devices", "1", "--total-env-steps", "8192",
-                                 "--logdir", run_dir), cwd=ROOT, stderr=subprocess.PIPE, stdout=subprocess.PIPE,
-                            text=True)
+    proc = subprocess.Popen(
+        _cli("--preset", "catch_ppo", "--num-devices", "1", "--total-env-steps", "8192", "--logdir", run_dir),
+        cwd=ROOT,
+        stderr=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     for line in proc.stderr:
         if line.startswith("anakin:"):  # the banner: compilation starts now
             proc.send_signal(signal.SIGTERM)
@@ -166,8 +242,9 @@ def test_a_stop_while_compiling_leaves_a_run_that_resumes(tmp_path):
     assert proc.returncode == 143, err[-2000:]
     assert "stopped_by=SIGTERM" in out and "Traceback" not in err
     assert os.path.isdir(os.path.join(run_dir, "checkpoints", "0"))  # the initial state
-    resumed = subprocess.run(_cli("--resume", run_dir, "--quiet"), cwd=ROOT, capture_output=True, text=True,
-                             timeout=300)
+    resumed = subprocess.run(
+        _cli("--resume", run_dir, "--quiet"), cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert [json.loads(line)["update"] for line in open(os.path.join(run_dir, "metrics.jsonl"))][-1] == 8
 
@@ -175,8 +252,24 @@ def test_a_stop_while_compiling_leaves_a_run_that_resumes(tmp_path):
 @pytest.mark.slow
 def test_a_start_that_never_got_going_is_reused_and_resume_or_start_retries(tmp_path, capsys):
     run_dir = str(tmp_path / "run")
-    bad = ["anakin", "--preset", "catch_ppo", "--num-devices", "1", "--num-envs", "4", "--rollout-len", "10",
-           "--num-minibatches", "3", "--total-env-steps", "2000", "--quiet", "--logdir", run_dir]
+    bad = [
+        "anakin",
+        "--preset",
+        "catch_ppo",
+        "--num-devices",
+        "1",
+        "--num-envs",
+        "4",
+        "--rollout-len",
+        "10",
+        "--num-minibatches",
+        "3",
+        "--total-env-steps",
+        "2000",
+        "--quiet",
+        "--logdir",
+        run_dir,
+    ]
     assert main(bad) == 2  # found while compiling, after the run directory was made
     assert "--num-minibatches 3" in capsys.readouterr().err
     good = [*bad[:10], "2", *bad[11:]]
@@ -242,20 +335,41 @@ def test_process_0_alone_and_malformed_addresses_end_with_a_message():
 @pytest.mark.slow
 def test_sebulba_resumed_from_a_checkpoint_continues_its_counters_and_metrics(tmp_path):
     run_dir = str(tmp_path / "sebulba")
-    flags = ["--envs-per-thread", "16", "--rollout-len", "32", "--total-env-steps", "120000", "--log-interval", "2048",
-             "--actor-devices", "0", "--learner-devices", "1", "--checkpoint-every", "4", "--learning-rate", "1e-3"]
-    command = [sys.executable, "-m", "experiments.cli", "sebulba", *flags, "--logdir", run_dir]
+    flags = [
+        "--envs-per-thread",
+        "16",
+        "--rollout-len",
+        "32",
+        "--total-env-steps",
+        "120000",
+        "--log-interval",
+        "2048",
+        "--actor-devices",
+        "0",
+        "--learner-devices",
+        "1",
+        "--checkpoint-every",
+        "4",
+        "--learning-rate",
+        "1e-3",
+    ]
+    command = [sys.executable, "-m", "podracer.cli.main", "sebulba", *flags, "--logdir", run_dir]
     assert _sigterm_after_progress(command, lines=4) == 143
     stopped = [json.loads(line) for line in open(os.path.join(run_dir, "metrics.jsonl"))]
     last = stopped[-1]["update"]
     assert 4 <= last < 234 and glob.glob(os.path.join(run_dir, "checkpoints", str(last)))
 
-    out = subprocess.run([sys.executable, "-m", "experiments.cli", "sebulba", "--resume", run_dir], cwd=ROOT,
-                         capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-m", "podracer.cli.main", "sebulba", "--resume", run_dir],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     assert f"resumed from the checkpoint at update {last}" in out.stderr
     records = [json.loads(line) for line in open(os.path.join(run_dir, "metrics.jsonl"))]
-    assert records[:len(stopped)] == stopped
+    assert records[: len(stopped)] == stopped
     updates = [r["update"] for r in records]
     assert updates == sorted(set(updates)) and updates[-1] == 235  # ceil(120000 / 512)
     assert all(r["env_steps"] == 512 * r["update"] for r in records)

@@ -7,14 +7,27 @@ import sys
 
 import pytest
 
-from experiments.cli import main
+from podracer.cli.main import main
 
 
 @pytest.mark.slow
 def test_anakin_run_writes_its_run_directory_and_plots(tmp_path, capsys):
     run_dir = str(tmp_path / "run")
-    code = main(["anakin", "--preset", "catch_ppo", "--total-env-steps", "20000", "--log-interval", "5000",
-                 "--num-devices", "2", "--logdir", run_dir])
+    code = main(
+        [
+            "anakin",
+            "--preset",
+            "catch_ppo",
+            "--total-env-steps",
+            "20000",
+            "--log-interval",
+            "5000",
+            "--num-devices",
+            "2",
+            "--logdir",
+            run_dir,
+        ]
+    )
     assert code == 0
     out, err = capsys.readouterr()
     assert "RESULT architecture=anakin agent=ppo env=catch" in out
@@ -36,7 +49,18 @@ def test_anakin_run_writes_its_run_directory_and_plots(tmp_path, capsys):
 @pytest.mark.slow
 def test_anakin_refuses_a_used_run_directory(tmp_path, capsys):
     run_dir = str(tmp_path / "run")
-    args = ["anakin", "--preset", "catch_ppo", "--total-env-steps", "2048", "--num-devices", "1", "--logdir", run_dir, "--quiet"]
+    args = [
+        "anakin",
+        "--preset",
+        "catch_ppo",
+        "--total-env-steps",
+        "2048",
+        "--num-devices",
+        "1",
+        "--logdir",
+        run_dir,
+        "--quiet",
+    ]
     assert main(args) == 0
     assert main(args) == 2
     assert "already holds a run" in capsys.readouterr().err
@@ -56,16 +80,33 @@ def test_a_preset_batch_is_raised_to_fit_the_devices_and_recorded(tmp_path, caps
     err = capsys.readouterr().err
     assert "--num-envs 4 (from --preset cartpole_ppo) raised to 8, a multiple of 8 device(s) x 1 lane(s)" in err
     assert json.load(open(os.path.join(run_dir, "config.json")))["anakin"]["num_envs"] == 8
-    assert main(["anakin", "--total-env-steps", "2048", "--num-devices", "4", "--lanes", "2", "--quiet",
-                 "--logdir", str(tmp_path / "lanes")]) == 0
+    assert (
+        main(
+            [
+                "anakin",
+                "--total-env-steps",
+                "2048",
+                "--num-devices",
+                "4",
+                "--lanes",
+                "2",
+                "--quiet",
+                "--logdir",
+                str(tmp_path / "lanes"),
+            ]
+        )
+        == 0
+    )
     assert json.load(open(tmp_path / "lanes" / "config.json"))["anakin"]["num_envs"] == 8
 
 
 def test_a_sebulba_preset_batch_is_raised_to_fit_the_learner_devices(tmp_path, capsys):
     run_dir = str(tmp_path / "run")
     assert main(["sebulba", "--total-env-steps", "3000", "--logdir", run_dir]) == 0  # 16 envs, 7 learners
-    assert "--envs-per-thread 16 (from --preset cartpole_ppo) raised to 21, a multiple of 7 learner device(s) and " \
-           "1 env batch(es)" in capsys.readouterr().err  # CartPole's envs in one envpool batch by default
+    assert (
+        "--envs-per-thread 16 (from --preset cartpole_ppo) raised to 21, a multiple of 7 learner device(s) and "
+        "1 env batch(es)" in capsys.readouterr().err
+    )  # CartPole's envs in one envpool batch by default
     saved = json.load(open(os.path.join(run_dir, "config.json")))["sebulba"]
     assert saved["envs_per_thread"] == 21 and saved["env_batches"] == 1  # config.json holds what ran
 
@@ -77,8 +118,14 @@ def test_the_first_command_runs_unchanged_on_any_device_count(tmp_path, devices)
     and 8 (the count it once failed on), a tenth of its steps on 2 and 4 (same batch checks and program)."""
     env = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}"}
     shorter = [] if devices in (1, 8) else ["--total-env-steps", "50000"]
-    out = subprocess.run([sys.executable, "-m", "experiments.cli", "anakin", *shorter], cwd=tmp_path, env=env,
-                         capture_output=True, text=True, timeout=600)
+    out = subprocess.run(
+        [sys.executable, "-m", "podracer.cli.main", "anakin", *shorter],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     assert "RESULT architecture=anakin agent=ppo env=cartpole" in out.stdout
     (run_dir,) = (tmp_path / "runs").iterdir()
@@ -90,8 +137,15 @@ def test_help_lists_the_knobs_of_the_chosen_agent(capsys):
         main(["anakin", "--agent", "impala", "--help"])
     assert exit_info.value.code == 0
     text = capsys.readouterr().out
-    for flag in ("--num-envs", "--lanes", "--num-seeds", "--vtrace-lambda", "--clip-rho", "--learning-rate",
-                 "--num-minibatches"):
+    for flag in (
+        "--num-envs",
+        "--lanes",
+        "--num-seeds",
+        "--vtrace-lambda",
+        "--clip-rho",
+        "--learning-rate",
+        "--num-minibatches",
+    ):
         assert flag in text
     assert "--num-epochs" not in text and "--clip-eps" not in text  # PPO's
 
@@ -110,27 +164,61 @@ def test_plot_reports_a_directory_without_metrics(tmp_path, capsys):
 @pytest.mark.slow
 def test_muzero_runs_over_devices_and_lanes_and_checks_its_batch(tmp_path, capsys):
     run_dir = str(tmp_path / "run")
-    code = main(["anakin", "--agent", "muzero", "--env", "catch", "--num-devices", "4", "--lanes", "2",
-                 "--num-envs", "16", "--rollout-len", "8", "--total-env-steps", "1024", "--num-simulations", "4",
-                 "--batch-size", "16", "--td-steps", "3", "--unroll-steps", "2", "--replay-capacity", "40",
-                 "--logdir", run_dir, "--quiet"])
+    code = main(
+        [
+            "anakin",
+            "--agent",
+            "muzero",
+            "--env",
+            "catch",
+            "--num-devices",
+            "4",
+            "--lanes",
+            "2",
+            "--num-envs",
+            "16",
+            "--rollout-len",
+            "8",
+            "--total-env-steps",
+            "1024",
+            "--num-simulations",
+            "4",
+            "--batch-size",
+            "16",
+            "--td-steps",
+            "3",
+            "--unroll-steps",
+            "2",
+            "--replay-capacity",
+            "40",
+            "--logdir",
+            run_dir,
+            "--quiet",
+        ]
+    )
     assert code == 0
     records = [json.loads(line) for line in open(os.path.join(run_dir, "metrics.jsonl"))]
     assert records[-1]["replay_ready"] == 1.0 and records[-1]["loss"] is not None
-    assert main(["anakin", "--agent", "muzero", "--num-devices", "8", "--num-envs", "8", "--batch-size", "60", "--quiet"]) == 2
+    assert (
+        main(["anakin", "--agent", "muzero", "--num-devices", "8", "--num-envs", "8", "--batch-size", "60", "--quiet"])
+        == 2
+    )
     assert "--batch-size 60 does not split evenly over 8 replicas" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("flags, message", [
-    (["--hidden-sizes", "0"], "--hidden-sizes takes sizes of at least 1, got 0"),
-    (["--hidden-sizes", "64", "-3"], "--hidden-sizes takes sizes of at least 1, got 64 -3"),
-    (["--learning-rate", "nan"], "--learning-rate must be a finite number, got nan"),
-    (["--learning-rate", "inf"], "--learning-rate must be a finite number, got inf"),
-    (["--agent", "muzero", "--support-bins", "1"], "--support-bins must be at least 2, got 1"),
-    (["--checkpoint-keep", "0"], "--checkpoint-keep must be at least 1, got 0"),
-    (["--update-loop", "fast"], "--update-loop must be one of ('auto', 'device', 'host'), got 'fast'"),
-    (["--num-envs", "-4"], "--num-envs must be at least 1, got -4"),
-])
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--hidden-sizes", "0"], "--hidden-sizes takes sizes of at least 1, got 0"),
+        (["--hidden-sizes", "64", "-3"], "--hidden-sizes takes sizes of at least 1, got 64 -3"),
+        (["--learning-rate", "nan"], "--learning-rate must be a finite number, got nan"),
+        (["--learning-rate", "inf"], "--learning-rate must be a finite number, got inf"),
+        (["--agent", "muzero", "--support-bins", "1"], "--support-bins must be at least 2, got 1"),
+        (["--checkpoint-keep", "0"], "--checkpoint-keep must be at least 1, got 0"),
+        (["--update-loop", "fast"], "--update-loop must be one of ('auto', 'device', 'host'), got 'fast'"),
+        (["--num-envs", "-4"], "--num-envs must be at least 1, got -4"),
+    ],
+)
 def test_bad_numbers_are_refused_before_anything_starts(tmp_path, capsys, flags, message):
     run_dir = tmp_path / "run"
     assert main(["anakin", *flags, "--logdir", str(run_dir)]) == 2
@@ -160,8 +248,10 @@ def test_unusable_run_directories_are_named_in_one_line(tmp_path, capsys):
     assert "config.json does not hold a podracer run's settings (JSONDecodeError" in capsys.readouterr().err
     sebulba_run = tmp_path / "sebulba_run"
     sebulba_run.mkdir()
-    (sebulba_run / "config.json").write_text(json.dumps({"architecture": "sebulba", "agent": "ppo",
-                                                          "env": "CartPole-v1", "agent_config": {}}))
+    (sebulba_run / "config.json").write_text(
+        json.dumps({"architecture": "sebulba", "agent": "ppo", "env": "CartPole-v1", "agent_config": {}})
+    )
     assert main(["anakin", "--resume", str(sebulba_run)]) == 2
-    assert f"it holds a sebulba run; continue it with 'podracer sebulba --resume {sebulba_run}'" in \
-        capsys.readouterr().err
+    assert (
+        f"it holds a sebulba run; continue it with 'podracer sebulba --resume {sebulba_run}'" in capsys.readouterr().err
+    )

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from jax.sharding import PartitionSpec as P
 
-from agents import ImpalaConfig, MuZeroConfig, PPOConfig, make_agent
-from agents.normalization import CLIP, RunningMoments, normalize, update
-from agents.policies import GaussianConfig, GaussianPolicy
+from podracer.agents import ImpalaConfig, MuZeroConfig, PPOConfig, make_agent
+from podracer.agents.normalization import CLIP, RunningMoments, normalize, update
+from podracer.agents.policies import GaussianConfig, GaussianPolicy
 from podracer.parallel import DATA_AXES, device_mesh, shard_map, single_replica
 from podracer.types import BatchShape, Box, Discrete, EnvSpec, Trajectory
 
@@ -37,8 +37,9 @@ def test_gaussian_samples_score_and_stay_within_bounds(bounds):
     if bounds == "clip":
         np.testing.assert_allclose(action, np.clip(sample, BOX.low, BOX.high))
     else:  # the scaled tanh: [-2, 2] and [0, 1]
-        np.testing.assert_allclose(action, np.stack([2 * np.tanh(sample[:, 0]), (np.tanh(sample[:, 1]) + 1) / 2], -1),
-                                   atol=1e-6)
+        np.testing.assert_allclose(
+            action, np.stack([2 * np.tanh(sample[:, 0]), (np.tanh(sample[:, 1]) + 1) / 2], -1), atol=1e-6
+        )
     # The behaviour log-probability is the density of the unbounded sample, and the learner scores the same.
     reference = _gaussian_log_density(sample, mean, log_std)
     np.testing.assert_allclose(extras["log_prob"], reference, rtol=1e-5, atol=1e-4)
@@ -53,19 +54,24 @@ def test_gaussian_samples_score_and_stay_within_bounds(bounds):
 @pytest.mark.parametrize("make_config,name", [(PPOConfig, "ppo"), (ImpalaConfig, "impala")])
 @pytest.mark.parametrize("log_std", ["parameter", "network"])
 def test_actor_critic_agents_act_and_learn_with_continuous_actions(make_config, name, log_std):
-    config = make_config(log_std=log_std, log_std_init=-0.5, normalize_observations=True, num_minibatches=2) \
-        if name == "ppo" else make_config(log_std=log_std, log_std_init=-0.5, normalize_observations=True)
+    config = (
+        make_config(log_std=log_std, log_std_init=-0.5, normalize_observations=True, num_minibatches=2)
+        if name == "ppo"
+        else make_config(log_std=log_std, log_std_init=-0.5, normalize_observations=True)
+    )
     agent = make_agent(name, config, VECTOR_SPEC, BatchShape(10, 8, 4))
     state = agent.init(jax.random.key(0))
     obs = jax.random.normal(jax.random.key(1), (9, 4, 3)) * 5 + 3
     actions, extras = jax.vmap(lambda o, k: agent.act(agent.actor_params(state), o, k))(
-        obs[:-1], jax.random.split(jax.random.key(2), 8))
+        obs[:-1], jax.random.split(jax.random.key(2), 8)
+    )
     assert actions.shape == (8, 4, 2) and extras["sample"].shape == (8, 4, 2) and extras["log_prob"].shape == (8, 4)
     traj = Trajectory(obs, actions, jnp.ones((8, 4)), jnp.ones((8, 4)), jnp.ones((8, 4), bool), extras)
     new_state, metrics = single_replica(agent.learn)(state, traj, jax.random.key(3))
     assert all(np.isfinite(v) for v in jax.tree.leaves(metrics))
-    assert not np.allclose(jax.flatten_util.ravel_pytree(new_state.params)[0],
-                           jax.flatten_util.ravel_pytree(state.params)[0])
+    assert not np.allclose(
+        jax.flatten_util.ravel_pytree(new_state.params)[0], jax.flatten_util.ravel_pytree(state.params)[0]
+    )
     # The statistics took in obs[:-1], exactly the observations acted on.
     seen = np.asarray(obs[:-1]).reshape(-1, 3)
     np.testing.assert_allclose(new_state.obs_moments.count, 32)

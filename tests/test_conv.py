@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from jax import lax
 
-from agents.conv import NHWC, conv_general_dilated
+from podracer.agents.conv import NHWC, conv_general_dilated
 
 CASES = [  # input shape, kernel size, out channels, stride, padding
     ((3, 36, 36, 4), 8, 8, 4, "VALID"),  # the Nature CNN's three
@@ -40,10 +40,14 @@ def test_other_convolutions_are_left_to_lax():
     x, w = jnp.ones((2, 8, 8, 4)), jnp.ones((3, 3, 2, 6))
     cases = [
         dict(window_strides=(1, 1), padding="SAME", feature_group_count=2, dimension_numbers=NHWC),
-        dict(window_strides=(1, 1), padding="SAME", rhs_dilation=[2, 2], dimension_numbers=NHWC,
-             feature_group_count=2),
-        dict(window_strides=(1, 1), padding=((1, 1), (1, 1)), lhs_dilation=[2, 1], dimension_numbers=NHWC,
-             feature_group_count=2),
+        dict(window_strides=(1, 1), padding="SAME", rhs_dilation=[2, 2], dimension_numbers=NHWC, feature_group_count=2),
+        dict(
+            window_strides=(1, 1),
+            padding=((1, 1), (1, 1)),
+            lhs_dilation=[2, 1],
+            dimension_numbers=NHWC,
+            feature_group_count=2,
+        ),
     ]
     for kwargs in cases:
         jaxpr = str(jax.make_jaxpr(lambda x, w, kwargs=kwargs: conv_general_dilated(x, w, **kwargs))(x, w))
@@ -52,8 +56,13 @@ def test_other_convolutions_are_left_to_lax():
     nchw = jnp.ones((2, 4, 8, 8))
     jaxpr = str(jax.make_jaxpr(lambda x: conv_general_dilated(x, jnp.ones((6, 4, 3, 3)), (1, 1), "SAME"))(nchw))
     assert "custom_vjp" not in jaxpr  # lax's default dimension numbers (NCHW, OIHW)
-    assert "custom_vjp" in str(jax.make_jaxpr(lambda x: conv_general_dilated(
-        x, jnp.ones((3, 3, 4, 6)), (1, 1), "SAME", lhs_dilation=[1, 1], dimension_numbers=NHWC))(x))
+    assert "custom_vjp" in str(
+        jax.make_jaxpr(
+            lambda x: conv_general_dilated(
+                x, jnp.ones((3, 3, 4, 6)), (1, 1), "SAME", lhs_dilation=[1, 1], dimension_numbers=NHWC
+            )
+        )(x)
+    )
 
 
 def test_gradients_inside_a_loop_compile_to_nhwc_convolutions():

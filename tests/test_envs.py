@@ -6,11 +6,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import envs
-from envs.autoreset import AutoReset
-from envs.cartpole import CartPole
-from envs.base import action_spec
-from envs.catch import Catch
+from podracer import envs
+from podracer.envs.autoreset import AutoReset
+from podracer.envs.base import action_spec
+from podracer.envs.cartpole import CartPole
+from podracer.envs.catch import Catch
 from podracer.types import Box, EnvSpec
 
 
@@ -94,8 +94,17 @@ def _run(env, steps):
     out = []
     for _ in range(steps):
         state, ts = env.step(state, jnp.int32(0))
-        out.append((int(ts.obs), float(ts.reward), float(ts.discount), bool(ts.valid), bool(ts.episode.done),
-                    float(ts.episode.episode_return), int(ts.episode.episode_length)))
+        out.append(
+            (
+                int(ts.obs),
+                float(ts.reward),
+                float(ts.discount),
+                bool(ts.valid),
+                bool(ts.episode.done),
+                float(ts.episode.episode_return),
+                int(ts.episode.episode_length),
+            )
+        )
     return out
 
 
@@ -120,12 +129,17 @@ def test_autoreset_truncation_keeps_final_obs_then_resets():
 
 
 def _as_arrays(tree):
-    return [np.asarray(jax.random.key_data(x) if jnp.issubdtype(x.dtype, jax.dtypes.prng_key) else x)
-            for x in jax.tree.leaves(tree)]
+    return [
+        np.asarray(jax.random.key_data(x) if jnp.issubdtype(x.dtype, jax.dtypes.prng_key) else x)
+        for x in jax.tree.leaves(tree)
+    ]
 
 
-@pytest.mark.parametrize("env", [AutoReset(CartPole()), AutoReset(CountingEnv(terminate_at=100, limit=3))],
-                         ids=["cartpole-terminations", "truncations"])
+@pytest.mark.parametrize(
+    "env",
+    [AutoReset(CartPole()), AutoReset(CountingEnv(terminate_at=100, limit=3))],
+    ids=["cartpole-terminations", "truncations"],
+)
 def test_step_batch_is_vmapped_step_with_resets_only_where_an_episode_ended(env):
     state, _ = jax.vmap(env.reset)(jax.random.split(jax.random.key(0), 4))
     batch_state, vmapped = jax.jit(env.step_batch), jax.jit(jax.vmap(env.step))
@@ -190,7 +204,7 @@ def test_action_bounds_must_be_finite_and_ordered():
 
 
 def test_brax_environments_terminate_and_truncate_by_the_contract():
-    from envs.brax_adapter import BraxEnv
+    from podracer.envs.brax_adapter import BraxEnv
 
     env = AutoReset(BraxEnv("inverted_pendulum", episode_length=6))
     assert env.spec.actions == Box((-1.0,), (1.0,)) and env.spec.observation.shape == (4,)

@@ -14,14 +14,22 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def _podracer(*args):
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}  # the run's own device count, not the tests'
-    return subprocess.run([sys.executable, "-m", "experiments.cli", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=600, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "podracer.cli.main", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
 
 
 @pytest.fixture(scope="module")
 def trained_run(tmp_path_factory):
     run_dir = str(tmp_path_factory.mktemp("eval") / "cartpole")
-    out = _podracer("anakin", "--total-env-steps", "30000", "--logdir", run_dir, "--quiet")  # the README's first command, shorter
+    out = _podracer(
+        "anakin", "--total-env-steps", "30000", "--logdir", run_dir, "--quiet"
+    )  # the README's first command, shorter
     assert out.returncode == 0, out.stderr[-2000:]
     return run_dir
 
@@ -62,8 +70,8 @@ def test_eval_refuses_bad_input_in_one_line(trained_run, tmp_path):
 def test_pictures_for_videos_of_anakin_environments():
     import jax
 
-    import envs
-    from envs.render import draw
+    from podracer import envs
+    from podracer.envs.render import draw
 
     for name, shape in (("catch", (240, 120, 3)), ("cartpole", (240, 480, 3)), ("gymnax:Breakout-MinAtar", None)):
         env = envs.make(name)

@@ -1,11 +1,10 @@
 """Host (envpool) environments: reset steps, termination vs truncation, Atari's episodic life and real scores."""
 
+import jax
 import numpy as np
 import pytest
 
-import jax
-
-from envs.host import EpisodeState, HostEnv, HostEnvConfig, episode_transitions
+from podracer.envs.host import EpisodeState, HostEnv, HostEnvConfig, episode_transitions
 from podracer.types import Box
 
 
@@ -13,21 +12,29 @@ def _transitions(flags):
     """Runs episode_transitions over ``[(reward, terminated, truncated, game_over), ...]`` for one env."""
     columns = [np.array([[row[i]] for row in flags]) for i in range(4)]
     real = columns[0].astype(np.float32)
-    state, out = episode_transitions(EpisodeState.initial(1), np.sign(real), real, columns[1].astype(bool),
-                                     columns[2].astype(bool), columns[3].astype(bool))
+    state, out = episode_transitions(
+        EpisodeState.initial(1),
+        np.sign(real),
+        real,
+        columns[1].astype(bool),
+        columns[2].astype(bool),
+        columns[3].astype(bool),
+    )
     reward, discount, valid, stats = (np.asarray(x)[:, 0] if not isinstance(x, tuple) else x for x in out)
     return reward, discount, valid, jax.tree.map(lambda x: np.asarray(x)[:, 0], stats), state
 
 
 def test_episode_transitions_mark_reset_steps_and_keep_scores_across_lives():
-    reward, discount, valid, stats, _ = _transitions([
-        (4.0, 0, 0, 0),
-        (7.0, 1, 0, 0),  # a life lost: the training episode ends, the game goes on
-        (0.0, 0, 0, 0),  # envpool's reset step after the lost life
-        (1.0, 1, 0, 1),  # game over
-        (0.0, 0, 0, 0),  # the reset into a new game
-        (2.0, 0, 1, 1),  # the time limit: bootstraps, ends the game
-    ])
+    reward, discount, valid, stats, _ = _transitions(
+        [
+            (4.0, 0, 0, 0),
+            (7.0, 1, 0, 0),  # a life lost: the training episode ends, the game goes on
+            (0.0, 0, 0, 0),  # envpool's reset step after the lost life
+            (1.0, 1, 0, 1),  # game over
+            (0.0, 0, 0, 0),  # the reset into a new game
+            (2.0, 0, 1, 1),  # the time limit: bootstraps, ends the game
+        ]
+    )
     assert list(valid) == [True, True, False, True, False, True]
     assert list(discount) == [1, 0, 1, 0, 1, 1]
     assert list(reward) == [1, 1, 0, 1, 0, 1]  # clipped, and nothing on reset steps
@@ -39,7 +46,10 @@ def test_episode_transitions_mark_reset_steps_and_keep_scores_across_lives():
 def test_episode_transitions_carry_across_rollouts():
     flags = [(1.0, 0, 0, 0), (1.0, 1, 0, 1), (0.0, 0, 0, 0), (3.0, 1, 0, 1)]
     columns = [np.array([[row[i]] for row in flags]) for i in range(4)]
-    args = lambda sl: (columns[0][sl].astype(np.float32),) * 2 + tuple(c[sl].astype(bool) for c in columns[1:])
+
+    def args(sl):
+        return (columns[0][sl].astype(np.float32),) * 2 + tuple(c[sl].astype(bool) for c in columns[1:])
+
     state, (_, _, valid_a, stats_a) = episode_transitions(EpisodeState.initial(1), *args(slice(0, 2)))
     state, (_, _, valid_b, stats_b) = episode_transitions(state, *args(slice(2, 4)))
     assert not bool(valid_b[0, 0])  # the reset step at the start of the second rollout
@@ -84,7 +94,7 @@ def test_envpool_cartpole_truncates_at_500_steps_and_then_resets():
 def test_envpool_cartpole_termination_does_not_bootstrap():
     env = HostEnv("CartPole-v1", num_envs=4, seed=1)
     ended = 0
-    for reward, discount, valid, stats in _run_host_env(env, 200, lambda obs: np.zeros(4, np.int32)):
+    for _reward, discount, _valid, stats in _run_host_env(env, 200, lambda obs: np.zeros(4, np.int32)):
         assert (discount[stats.done] == 0).all() and (discount[~stats.done] == 1).all()
         ended += stats.done.sum()
     assert ended >= 40
@@ -100,7 +110,9 @@ def test_atari_preset_layout_clipping_and_episodic_life():
     assert env.to_agent_layout(np.zeros((3, 4, 84, 84), np.uint8)).shape == (3, 84, 84, 4)
     rng = np.random.default_rng(0)
     terminations, train_reward, games = np.zeros(4, int), np.zeros(4), []
-    for reward, discount, valid, stats in _run_host_env(env, 3000, lambda obs: rng.integers(4, size=4, dtype=np.int32)):
+    for reward, discount, _valid, stats in _run_host_env(
+        env, 3000, lambda obs: rng.integers(4, size=4, dtype=np.int32)
+    ):
         assert set(np.unique(reward)) <= {0.0, 1.0}  # clipped for training
         terminations += discount == 0
         train_reward += reward

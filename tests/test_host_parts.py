@@ -10,12 +10,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from agents.sgd import PACKED_PERMUTATION_MAX, random_permutation, resolve_unroll, shuffled_minibatches
+from podracer.agents.sgd import PACKED_PERMUTATION_MAX, random_permutation, resolve_unroll, shuffled_minibatches
 from podracer.runlog import METRICS_FILE, RunLog, read_records
+from podracer.sebulba import lifecycle
+from podracer.sebulba.lifecycle import ThreadGroup, WorkerFailed
+from podracer.sebulba.params import KEEP_VERSIONS, ParamsStore
 from podracer.signals import StopRequested
-from sebulba import lifecycle
-from sebulba.lifecycle import ThreadGroup, WorkerFailed
-from sebulba.params import KEEP_VERSIONS, ParamsStore
 
 
 def _in_thread(fn):
@@ -119,8 +119,7 @@ def test_shuffled_minibatches_visit_every_sample_once_per_epoch_in_a_new_order()
     def step(count, minibatch):
         return count + 1, minibatch
 
-    count, seen = jax.jit(lambda key: shuffled_minibatches(step, 0, batch, key, epochs, minibatches))(
-        jax.random.key(0))
+    count, seen = jax.jit(lambda key: shuffled_minibatches(step, 0, batch, key, epochs, minibatches))(jax.random.key(0))
     np.testing.assert_array_equal(seen["twice"], 2 * seen["index"])  # the fields stay aligned
     seen = seen["index"]
     assert int(count) == epochs * minibatches and seen.shape == (epochs * minibatches, n // minibatches)
@@ -179,24 +178,36 @@ def test_evaluation_summary_has_the_standard_error_and_the_seeds():
     fields = summary(np.array([[1.0, 3.0], [5.0, 7.0]]), env_steps=1000)
     assert fields["eval_return"] == 4.0 and fields["eval_episodes"] == 4 and fields["eval_env_steps"] == 1000
     np.testing.assert_allclose(fields["eval_return_stderr"], np.std([1, 3, 5, 7], ddof=1) / 2)
-    assert fields["eval_return_per_seed"] == [2.0, 6.0] and (fields["eval_return_min"], fields["eval_return_max"]) == (1, 7)
+    assert fields["eval_return_per_seed"] == [2.0, 6.0] and (fields["eval_return_min"], fields["eval_return_max"]) == (
+        1,
+        7,
+    )
 
 
 def test_waiting_for_a_sebulba_evaluation_reports_its_progress(monkeypatch):
     """The run's wait for its final evaluation (Atari games can take minutes) prints progress lines."""
-    from agents import PPOConfig, make_ppo
-    from envs.host import HostEnv, HostEnvConfig
+    from podracer.agents import PPOConfig, make_ppo
+    from podracer.envs.host import HostEnv, HostEnvConfig
     from podracer.evaluation import EvalConfig
-    from sebulba import evaluate
-    from sebulba.evaluate import SebulbaEvaluator
+    from podracer.sebulba import evaluate
+    from podracer.sebulba.evaluate import SebulbaEvaluator
 
     monkeypatch.setattr(evaluate, "REPORT_SECONDS", 0.0)  # a line at every poll
     env_config = HostEnvConfig()
     env = HostEnv("CartPole-v1", 2, 0, env_config)
     agent = make_ppo(PPOConfig(), env.spec)
     stop = threading.Event()
-    evaluator = SebulbaEvaluator(agent, "CartPole-v1", env_config, EvalConfig(eval_episodes=4), jax.devices()[0],
-                                 seed=0, steps_per_update=16, to_agent_layout=env.to_agent_layout, stop=stop)
+    evaluator = SebulbaEvaluator(
+        agent,
+        "CartPole-v1",
+        env_config,
+        EvalConfig(eval_episodes=4),
+        jax.devices()[0],
+        seed=0,
+        steps_per_update=16,
+        to_agent_layout=env.to_agent_layout,
+        stop=stop,
+    )
     env.close()
     replicated = jax.tree.map(lambda x: x[None], agent.init(jax.random.key(0)))  # as the learner holds it
     evaluator.request(replicated, update=3)
@@ -221,7 +232,7 @@ def test_waiting_for_a_sebulba_evaluation_reports_its_progress(monkeypatch):
 
 
 def test_actor_params_are_packed_into_one_array_and_back_exactly():
-    from sebulba.actor import params_packing
+    from podracer.sebulba.actor import params_packing
 
     params = {"dense": {"kernel": jnp.arange(12.0).reshape(3, 4), "bias": -jnp.arange(4.0)}, "log_std": jnp.ones(2)}
     pack, unpack = params_packing(params)

@@ -10,9 +10,9 @@ import dataclasses
 import numpy as np
 import pytest
 
-from agents import ImpalaConfig, PPOConfig
-from anakin import AnakinConfig, train
-from experiments.presets import ANAKIN_PRESETS
+from podracer.agents import ImpalaConfig, PPOConfig
+from podracer.anakin import AnakinConfig, train
+from podracer.cli.presets import ANAKIN_PRESETS
 from podracer.evaluation import OFF as NO_EVALUATION  # training is what most of these tests look at
 from podracer.evaluation import EvalConfig
 
@@ -21,8 +21,15 @@ def _run_preset(name, **overrides):
     preset = ANAKIN_PRESETS[name]
     agent_config = {"ppo": PPOConfig, "impala": ImpalaConfig}[preset["agent"]](**preset["agent_config"])
     config = dataclasses.replace(AnakinConfig(**preset["anakin"]), **overrides)
-    return train(preset["agent"], agent_config, overrides.pop("env", preset["env"]), config, run_dir=None, quiet=True,
-                 evaluation=NO_EVALUATION)
+    return train(
+        preset["agent"],
+        agent_config,
+        overrides.pop("env", preset["env"]),
+        config,
+        run_dir=None,
+        quiet=True,
+        evaluation=NO_EVALUATION,
+    )
 
 
 def _final_return(result, last=3):
@@ -54,10 +61,16 @@ def test_greedy_evaluation_of_a_trained_catch_agent_is_perfect_while_training_ex
     the final greedy evaluation scores 1.0 each, the training return of the second half averages
     0.9951/0.9941/0.9977 (some 11,000 episodes, of which dozens are missed while sampling)."""
     preset = ANAKIN_PRESETS["catch_ppo"]
-    result = train("ppo", PPOConfig(**preset["agent_config"]), "catch", AnakinConfig(**preset["anakin"]),
-                   quiet=True, evaluation=EvalConfig(eval_every=50_000, eval_episodes=32))
+    result = train(
+        "ppo",
+        PPOConfig(**preset["agent_config"]),
+        "catch",
+        AnakinConfig(**preset["anakin"]),
+        quiet=True,
+        evaluation=EvalConfig(eval_every=50_000, eval_episodes=32),
+    )
     assert result.evaluation["eval_return"] == 1.0 and result.evaluation["eval_episodes"] == 32
-    second_half = [r["episode_return"] for r in result.records[len(result.records) // 2:]]
+    second_half = [r["episode_return"] for r in result.records[len(result.records) // 2 :]]
     assert np.mean(second_half) < 1.0  # sampling from the policy still drops a ball now and then
     assert [r["eval_env_steps"] for r in result.records if "eval_return" in r] == [50176, 100352, 150528, 200704]
 
@@ -88,8 +101,15 @@ def test_the_gymnax_adapter_trains_on_a_gymnax_environment():
     0.993/0.999/0.999 and first pass 0.9 at 82k/61k/51k steps: 2.4x the budget the slowest seed needs."""
     preset = ANAKIN_PRESETS["catch_ppo"]
     config = AnakinConfig(**preset["anakin"], num_devices=1)
-    result = train("ppo", PPOConfig(**preset["agent_config"]), "gymnax:Catch-bsuite", config, run_dir=None, quiet=True,
-                   evaluation=NO_EVALUATION)
+    result = train(
+        "ppo",
+        PPOConfig(**preset["agent_config"]),
+        "gymnax:Catch-bsuite",
+        config,
+        run_dir=None,
+        quiet=True,
+        evaluation=NO_EVALUATION,
+    )
     assert result.records[0]["episode_return"] < 0.0  # a random policy loses most catches
     assert _final_return(result) >= 0.9
 

@@ -6,9 +6,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from agents.impala import ImpalaConfig, vtrace_loss
-from agents.policies import CategoricalPolicy
-from agents.ppo import PPOConfig, ppo_loss
+from podracer.agents.impala import ImpalaConfig, vtrace_loss
+from podracer.agents.policies import CategoricalPolicy
+from podracer.agents.ppo import PPOConfig, ppo_loss
 from podracer.parallel import single_replica
 from podracer.types import Trajectory
 
@@ -73,7 +73,13 @@ def test_ppo_value_clipping_is_optional():
     values, target = jnp.arange(n, dtype=jnp.float32), jnp.zeros(n)
     zeros = jnp.zeros(n)
     _, metrics = single_replica(lambda *xs: ppo_loss(*xs, cfg))(
-        jnp.log(jnp.full(n, 0.5)), zeros, values, jnp.log(jnp.full(n, 0.5)), values + 100.0, zeros, target,
+        jnp.log(jnp.full(n, 0.5)),
+        zeros,
+        values,
+        jnp.log(jnp.full(n, 0.5)),
+        values + 100.0,
+        zeros,
+        target,
         jnp.ones(n, bool),
     )
     np.testing.assert_allclose(metrics["value_loss"], 0.5 * np.mean(np.arange(n) ** 2))
@@ -87,8 +93,12 @@ def test_impala_loss_matches_vtrace_reference():
     action = rng.integers(a, size=(t, b)).astype(np.int32)
     behaviour_logp = np.log(rng.uniform(0.2, 0.6, size=(t, b))).astype(np.float32)
     traj = Trajectory(
-        obs=None, action=action, reward=rng.normal(size=(t, b)).astype(np.float32),
-        discount=np.ones((t, b), np.float32), valid=np.ones((t, b), bool), extras={"log_prob": behaviour_logp},
+        obs=None,
+        action=action,
+        reward=rng.normal(size=(t, b)).astype(np.float32),
+        discount=np.ones((t, b), np.float32),
+        valid=np.ones((t, b), bool),
+        extras={"log_prob": behaviour_logp},
     )
     cfg = ImpalaConfig(gamma=0.9)  # and the default lambda (0.95): traces c_t = lambda * min(1, rho_t)
     lam = cfg.vtrace_lambda
@@ -123,7 +133,7 @@ def test_the_learner_takes_conv_batches_in_slices_with_the_same_result(monkeypat
     gradients); outputs, loss and gradients are unchanged."""
     import jax
 
-    from agents import actor_critic, make_impala
+    from podracer.agents import actor_critic, make_impala
     from podracer.types import Discrete, EnvSpec
 
     spec = EnvSpec(jax.ShapeDtypeStruct((36, 36, 4), jnp.uint8), Discrete(3))  # Nature CNN: 8x8, 3x3, 1x1
@@ -170,9 +180,9 @@ def test_ppo_with_a_shared_torso_learns_from_the_values_its_actors_computed():
     them, computing only the bootstrap value; with two torsos acting runs the actor's torso alone."""
     import jax
 
-    from agents import actor_critic, make_ppo
-    from agents.networks import ActorCritic
-    from agents.returns import generalized_advantages
+    from podracer.agents import actor_critic, make_ppo
+    from podracer.agents.networks import ActorCritic
+    from podracer.agents.returns import generalized_advantages
     from podracer.types import Discrete, EnvSpec
 
     spec = EnvSpec(jax.ShapeDtypeStruct((6,), jnp.float32), Discrete(3))
@@ -188,16 +198,19 @@ def test_ppo_with_a_shared_torso_learns_from_the_values_its_actors_computed():
     network = actor_critic.build(config, spec, None).network
     values = network.apply(state.params, traj.obs.reshape(-1, 6), method=ActorCritic.value).reshape(T + 1, B)
     np.testing.assert_allclose(extras["value"], values[:-1], rtol=1e-5, atol=1e-6)
-    target = generalized_advantages(traj.reward, traj.discount, traj.valid, values, config.gamma,
-                                    config.gae_lambda) + values[:-1]
+    target = (
+        generalized_advantages(traj.reward, traj.discount, traj.valid, values, config.gamma, config.gae_lambda)
+        + values[:-1]
+    )
     learn = single_replica(agent.learn)
     metrics = learn(state, traj, jax.random.key(1))[1]
     np.testing.assert_allclose(metrics["value_loss"], 0.5 * jnp.mean(jnp.square(values[:-1] - target)), rtol=1e-5)
     shifted = traj._replace(extras={**extras, "value": extras["value"] + 1.0})  # the learner reads these
     assert not np.isclose(learn(state, shifted, jax.random.key(1))[1]["value_loss"], metrics["value_loss"])
     two_torsos = make_ppo(dataclasses.replace(config, shared_torso=False), spec)
-    _, two_torso_extras = two_torsos.act(two_torsos.actor_params(two_torsos.init(jax.random.key(0))), traj.obs[0],
-                                         jax.random.key(0))
+    _, two_torso_extras = two_torsos.act(
+        two_torsos.actor_params(two_torsos.init(jax.random.key(0))), traj.obs[0], jax.random.key(0)
+    )
     assert set(two_torso_extras) == {"log_prob"}
 
 
@@ -205,14 +218,14 @@ def test_impala_minibatches_are_gradient_steps_on_shuffled_whole_sequences():
     """``--num-minibatches 2`` on 2 sequences: one gradient step on each sequence, in an order the key draws."""
     import jax
 
-    from agents import make_impala
+    from podracer.agents import make_impala
     from podracer.types import Discrete, EnvSpec
 
     spec = EnvSpec(jax.ShapeDtypeStruct((6,), jnp.float32), Discrete(3))
     one_step, two_steps = (make_impala(ImpalaConfig(num_minibatches=n), spec) for n in (1, 2))
     T, B = 5, 2
     traj = _uniform_behaviour_trajectory(T, B)
-    sequence = [jax.tree.map(lambda x, b=b: x[:, b:b + 1], traj) for b in range(B)]
+    sequence = [jax.tree.map(lambda x, b=b: x[:, b : b + 1], traj) for b in range(B)]
     state = one_step.init(jax.random.key(0))
     learn_one, learn_two = single_replica(one_step.learn), single_replica(two_steps.learn)
     key = jax.random.key(1)
@@ -224,9 +237,14 @@ def test_impala_minibatches_are_gradient_steps_on_shuffled_whole_sequences():
     seen = set()
     for k in range(8):
         params = learn_two(state, traj, jax.random.key(k))[0].params
-        matches = [order for order, expected in orders.items()
-                   if all(np.allclose(a, b, rtol=1e-5, atol=1e-7)
-                          for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(expected)))]
+        matches = [
+            order
+            for order, expected in orders.items()
+            if all(
+                np.allclose(a, b, rtol=1e-5, atol=1e-7)
+                for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(expected))
+            )
+        ]
         assert len(matches) == 1, k
         seen.add(matches[0])
     assert seen == set(orders)  # the key shuffles
@@ -239,13 +257,14 @@ def test_rmsprop_steps_as_pytorch_and_the_summed_loss_is_the_mean_times_the_batc
     ``--summed-loss`` scales the loss (so the gradient) by the steps x sequences of the gradient step."""
     import jax
 
-    from agents import make_impala
-    from agents.actor_critic import build
+    from podracer.agents import make_impala
+    from podracer.agents.actor_critic import build
     from podracer.types import Discrete, EnvSpec
 
     spec = EnvSpec(jax.ShapeDtypeStruct((6,), jnp.float32), Discrete(3))
-    config = ImpalaConfig(optimizer="rmsprop", learning_rate=0.1, rmsprop_decay=0.9, rmsprop_eps=0.5,
-                          max_grad_norm=1e9, anneal_lr=False)
+    config = ImpalaConfig(
+        optimizer="rmsprop", learning_rate=0.1, rmsprop_decay=0.9, rmsprop_eps=0.5, max_grad_norm=1e9, anneal_lr=False
+    )
     optimizer = build(config, spec, None).optimizer
     params = {"w": jnp.zeros(3)}
     grads = [{"w": jnp.array([1.0, -2.0, 0.0])}, {"w": jnp.array([3.0, 1.0, 4.0])}]
@@ -259,7 +278,7 @@ def test_rmsprop_steps_as_pytorch_and_the_summed_loss_is_the_mean_times_the_batc
     traj = _uniform_behaviour_trajectory(T, B)
     metrics = {}
     for summed in (False, True):
-        agent = make_impala(ImpalaConfig(summed_loss=summed, max_grad_norm=1e9), spec)
+        agent = make_impala(ImpalaConfig(summed_loss=summed, max_grad_norm=1e9, num_minibatches=1), spec)
         _, metrics[summed] = single_replica(agent.learn)(agent.init(jax.random.key(0)), traj, jax.random.key(1))
     np.testing.assert_allclose(metrics[True]["loss"], T * B * metrics[False]["loss"], rtol=1e-5)
     np.testing.assert_allclose(metrics[True]["grad_norm"], T * B * metrics[False]["grad_norm"], rtol=1e-5)

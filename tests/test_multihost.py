@@ -12,11 +12,11 @@ import jax
 import numpy as np
 import pytest
 
-from agents import PPOConfig
-from anakin import AnakinConfig, train
-from anakin.run import anakin_fingerprint
-from experiments.presets import ANAKIN_PRESETS
+from podracer.agents import PPOConfig
+from podracer.anakin import AnakinConfig, train
+from podracer.anakin.run import anakin_fingerprint
 from podracer.checkpoint import restore
+from podracer.cli.presets import ANAKIN_PRESETS
 from podracer.evaluation import OFF as NO_EVALUATION  # training is what these tests look at
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -37,15 +37,38 @@ def test_two_processes_end_with_the_parameters_of_one_process_with_eight_devices
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}  # each process: --cpu-devices 4
     procs = [
         subprocess.Popen(
-            [sys.executable, "-m", "experiments.cli", "anakin", "--preset", "catch_ppo", "--cpu-devices", "4",
-             "--total-env-steps", str(STEPS), "--coordinator", coordinator, "--num-processes", "2",
-             "--process-id", str(i), "--coordinator-timeout", "60", "--logdir", run_dir],
-            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            [
+                sys.executable,
+                "-m",
+                "podracer.cli.main",
+                "anakin",
+                "--preset",
+                "catch_ppo",
+                "--cpu-devices",
+                "4",
+                "--total-env-steps",
+                str(STEPS),
+                "--coordinator",
+                coordinator,
+                "--num-processes",
+                "2",
+                "--process-id",
+                str(i),
+                "--coordinator-timeout",
+                "60",
+                "--logdir",
+                run_dir,
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         for i in range(2)
     ]
     outs = [p.communicate(timeout=300) for p in procs]
-    for p, (out, err) in zip(procs, outs):
+    for p, (_out, err) in zip(procs, outs):
         assert p.returncode == 0, err[-3000:]
     assert "8 device(s)" in outs[0][1] and "compiled in" in outs[0][1]
     assert outs[1][1].strip() == ""  # only process 0 logs
@@ -56,7 +79,9 @@ def test_two_processes_end_with_the_parameters_of_one_process_with_eight_devices
     about = {"agent": "ppo", "env": "catch", "agent_config": dataclasses.asdict(agent_config)}
     state, counters = restore(run_dir, single.state, anakin_fingerprint(about, config, 8))
     assert counters["update"] == single.records[-1]["update"]
-    params = jax.tree.map(lambda x: np.asarray(x.addressable_data(0)), (state.learner.params, single.state.learner.params))
+    params = jax.tree.map(
+        lambda x: np.asarray(x.addressable_data(0)), (state.learner.params, single.state.learner.params)
+    )
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6), *params)
 
 
@@ -64,8 +89,8 @@ def test_two_processes_end_with_the_parameters_of_one_process_with_eight_devices
 def test_two_sebulba_processes_average_gradients_across_both_learners(tmp_path):
     import orbax.checkpoint as ocp
 
-    from agents import make_agent
-    from envs.host import HostEnv
+    from podracer.agents import make_agent
+    from podracer.envs.host import HostEnv
     from podracer.parallel import device_mesh, per_device
     from podracer.types import BatchShape
 
@@ -74,16 +99,44 @@ def test_two_sebulba_processes_average_gradients_across_both_learners(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     procs = [
         subprocess.Popen(
-            [sys.executable, "-m", "experiments.cli", "sebulba", "--cpu-devices", "2", "--actor-devices", "0",
-             "--learner-devices", "1", "--envs-per-thread", "8", "--rollout-len", "16", "--total-env-steps", "2048",
-             "--coordinator", coordinator, "--num-processes", "2", "--process-id", str(i),
-             "--coordinator-timeout", "60", "--logdir", run_dir],
-            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            [
+                sys.executable,
+                "-m",
+                "podracer.cli.main",
+                "sebulba",
+                "--cpu-devices",
+                "2",
+                "--actor-devices",
+                "0",
+                "--learner-devices",
+                "1",
+                "--envs-per-thread",
+                "8",
+                "--rollout-len",
+                "16",
+                "--total-env-steps",
+                "2048",
+                "--coordinator",
+                coordinator,
+                "--num-processes",
+                "2",
+                "--process-id",
+                str(i),
+                "--coordinator-timeout",
+                "60",
+                "--logdir",
+                run_dir,
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         for i in range(2)
     ]
     outs = [p.communicate(timeout=300) for p in procs]
-    for p, (out, err) in zip(procs, outs):
+    for p, (_out, err) in zip(procs, outs):
         assert p.returncode == 0, err[-3000:]
     assert "learner on 1 device(s) x 2 processes" in outs[0][1] and outs[1][1].strip() == ""
     records = [json.loads(line) for line in open(os.path.join(run_dir, "metrics.jsonl"))]
@@ -98,7 +151,10 @@ def test_two_sebulba_processes_average_gradients_across_both_learners(tmp_path):
     abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, like)
     state = manager.restore(8, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract))).state
     params = jax.tree.map(np.asarray, state.params)
-    initial = jax.tree.map(np.asarray, per_device(agent.init(jax.random.fold_in(jax.random.key(0), 0)), device_mesh(jax.devices()[:2])).params)
+    initial = jax.tree.map(
+        np.asarray,
+        per_device(agent.init(jax.random.fold_in(jax.random.key(0), 0)), device_mesh(jax.devices()[:2])).params,
+    )
     jax.tree.map(lambda p: np.testing.assert_allclose(p[0], p[1], rtol=1e-6, atol=1e-7), params)
     moved = jax.tree.map(lambda p, q: float(np.abs(p[0] - q[0]).max()), params, initial)
     assert max(jax.tree.leaves(moved)) > 1e-4
@@ -107,8 +163,16 @@ def test_two_sebulba_processes_average_gradients_across_both_learners(tmp_path):
 def _slurm_task(i: int, port: int) -> dict:
     """The environment of Slurm task ``i`` of 2 on this host (JAX's Slurm detection reads these)."""
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    return {**env, "SLURM_JOB_ID": "4242", "SLURM_NTASKS": "2", "SLURM_PROCID": str(i), "SLURM_LOCALID": str(i),
-            "SLURM_STEP_NODELIST": "localhost", "SLURM_STEP_NUM_NODES": "1", "JAX_COORDINATOR_PORT": str(port)}
+    return {
+        **env,
+        "SLURM_JOB_ID": "4242",
+        "SLURM_NTASKS": "2",
+        "SLURM_PROCID": str(i),
+        "SLURM_LOCALID": str(i),
+        "SLURM_STEP_NODELIST": "localhost",
+        "SLURM_STEP_NUM_NODES": "1",
+        "JAX_COORDINATOR_PORT": str(port),
+    }
 
 
 @pytest.mark.slow
@@ -119,11 +183,26 @@ def test_a_lost_process_stops_the_others_at_once_with_a_message(tmp_path, launch
     flags = ["--coordinator", f"127.0.0.1:{port}", "--num-processes", "2", "--coordinator-timeout", "60"]
     procs = [
         subprocess.Popen(
-            [sys.executable, "-m", "experiments.cli", "anakin", "--preset", "catch_ppo", "--cpu-devices", "2",
-             "--total-env-steps", "100000000", "--logdir", str(tmp_path / "run"),
-             *([*flags, "--process-id", str(i)] if launcher == "by hand" else [])],
-            cwd=ROOT, env=env if launcher == "by hand" else _slurm_task(i, port),
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            [
+                sys.executable,
+                "-m",
+                "podracer.cli.main",
+                "anakin",
+                "--preset",
+                "catch_ppo",
+                "--cpu-devices",
+                "2",
+                "--total-env-steps",
+                "100000000",
+                "--logdir",
+                str(tmp_path / "run"),
+                *([*flags, "--process-id", str(i)] if launcher == "by hand" else []),
+            ],
+            cwd=ROOT,
+            env=env if launcher == "by hand" else _slurm_task(i, port),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         for i in range(2)
     ]

@@ -1,19 +1,18 @@
 """MuZero: search, transforms, n-step targets, unroll masks, sharded replay, and learning on both architectures."""
 
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax.sharding import PartitionSpec as P
 
-from agents import MuZeroConfig, make_muzero
-from agents.muzero import UnrollTargets, muzero_loss, n_step_targets, unroll_masks, value_transform
-from agents.replay import can_sample, replay_add, replay_init, replay_sample, sample_mask
-from anakin import AnakinConfig, train
-from experiments.presets import ANAKIN_PRESETS, SEBULBA_PRESETS
-from podracer.parallel import device_mesh, shard_map, single_replica
+from podracer.agents import MuZeroConfig, make_muzero
+from podracer.agents.muzero import UnrollTargets, muzero_loss, n_step_targets, unroll_masks, value_transform
+from podracer.agents.replay import can_sample, replay_add, replay_init, replay_sample, sample_mask
+from podracer.anakin import AnakinConfig, train
+from podracer.cli.presets import ANAKIN_PRESETS, SEBULBA_PRESETS
 from podracer.evaluation import OFF as NO_EVALUATION  # training is what these tests look at
+from podracer.parallel import device_mesh, shard_map, single_replica
 from podracer.types import BatchShape, Discrete, EnvSpec, Trajectory
 
 SPEC = EnvSpec(jax.ShapeDtypeStruct((4,), jnp.float32), Discrete(3))
@@ -77,9 +76,12 @@ def test_muzero_loss_by_hand_with_uniform_logits_masks_and_weights():
     tx = value_transform(MuZeroConfig(support_max=2.0, support_bins=5))
     b, k, a, bins = 2, 2, 4, 5
     targets = UnrollTargets(
-        policy=jnp.full((b, k + 1, a), 1 / a), value=jnp.array([[0.5, -1.0, 0.0], [1.5, 0.2, 0.3]]),
-        reward=jnp.array([[1.0, 0.0], [-0.5, 0.25]]), inside=jnp.array([[1, 1, 1], [1, 1, 0]]),
-        weight=jnp.array([1.0, 0.5]))
+        policy=jnp.full((b, k + 1, a), 1 / a),
+        value=jnp.array([[0.5, -1.0, 0.0], [1.5, 0.2, 0.3]]),
+        reward=jnp.array([[1.0, 0.0], [-0.5, 0.25]]),
+        inside=jnp.array([[1, 1, 1], [1, 1, 0]]),
+        weight=jnp.array([1.0, 0.5]),
+    )
     logits = (jnp.zeros((b, k + 1, a)), jnp.zeros((b, k + 1, bins)), jnp.zeros((b, k, bins)))
     loss, metrics = single_replica(lambda *x: muzero_loss(*x, targets, tx, value_coef=0.25, reward_coef=1.0))(*logits)
     # per position: scale (1, 1/2, 1/2) x weight; 5 positions inside; times K + 1 = 3 for a sum over the unroll
@@ -95,8 +97,13 @@ def test_muzero_loss_by_hand_with_uniform_logits_masks_and_weights():
 
 def test_muzero_loss_rewards_logits_that_match_their_targets():
     tx = value_transform(MuZeroConfig(support_max=2.0, support_bins=5))
-    targets = UnrollTargets(policy=jnp.array([[[1.0, 0.0], [0.0, 1.0]]]), value=jnp.array([[1.0, -1.0]]),
-                            reward=jnp.array([[2.0]]), inside=jnp.ones((1, 2)), weight=jnp.ones(1))
+    targets = UnrollTargets(
+        policy=jnp.array([[[1.0, 0.0], [0.0, 1.0]]]),
+        value=jnp.array([[1.0, -1.0]]),
+        reward=jnp.array([[2.0]]),
+        inside=jnp.ones((1, 2)),
+        weight=jnp.ones(1),
+    )
     matching = (10.0 * (targets.policy - 0.5), 10.0 * tx.apply(targets.value), 10.0 * tx.apply(targets.reward))
     loss_fn = single_replica(lambda *logits: muzero_loss(*logits, targets, tx, 0.25, 1.0)[0])
     assert float(loss_fn(*matching)) < 0.1 * float(loss_fn(*[-x for x in matching]))
@@ -146,8 +153,14 @@ def test_anakin_muzero_learns_catch():
     windows: seeds 0/1/2 end at 0.962/0.946/0.995 and first pass 0.9 at 117k/88k/88k steps, so the bar
     of 0.8 (90% of balls caught while the search still explores) leaves 0.15 and 80k steps of margin."""
     preset = ANAKIN_PRESETS["catch_muzero"]
-    result = train("muzero", MuZeroConfig(**preset["agent_config"]), "catch",
-                   AnakinConfig(**preset["anakin"], num_devices=1, seed=0), quiet=True, evaluation=NO_EVALUATION)
+    result = train(
+        "muzero",
+        MuZeroConfig(**preset["agent_config"]),
+        "catch",
+        AnakinConfig(**preset["anakin"], num_devices=1, seed=0),
+        quiet=True,
+        evaluation=NO_EVALUATION,
+    )
     returns = [r["episode_return"] for r in result.records]
     assert returns[0] < 0.0 and np.mean(returns[-3:]) >= 0.8, returns
 
@@ -172,13 +185,14 @@ def test_sebulba_muzero_reaches_300_on_envpool_cartpole_within_250k_steps():
     """The cartpole_muzero preset, in throughput mode (not bit-reproducible). Measured, mean return of the last
     3 of 20 log windows: seeds 0/1/2 end at 477/433/476 and first pass 300 at 75k/138k/75k steps: 1.8x the
     budget the slowest seed needs (with threefry actor keys: 471/463/480, passing 300 at 75k/88k/50k)."""
-    from sebulba import SebulbaConfig
-    from sebulba import train as sebulba_train
+    from podracer.sebulba import SebulbaConfig
+    from podracer.sebulba import train as sebulba_train
 
     preset = SEBULBA_PRESETS["cartpole_muzero"]["fit"](8, 2)
     config = SebulbaConfig(**preset["sebulba"], actor_devices="0", learner_devices="1", seed=0)
     assert config.total_env_steps == 250_000  # the budget this test states
-    result = sebulba_train("muzero", MuZeroConfig(**preset["agent_config"]), "CartPole-v1", config, quiet=True,
-                           evaluation=NO_EVALUATION)
+    result = sebulba_train(
+        "muzero", MuZeroConfig(**preset["agent_config"]), "CartPole-v1", config, quiet=True, evaluation=NO_EVALUATION
+    )
     returns = [r["episode_return"] for r in result.records if r["episode_return"] is not None]
     assert np.mean(returns[-3:]) >= 300, returns

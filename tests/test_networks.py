@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from agents.networks import ImpalaResNet, max_pool_same
+from podracer.agents.networks import ImpalaResNet, max_pool_same
 
 
 @pytest.mark.parametrize("shape", [(3, 84, 84, 4), (2, 21, 21, 5), (2, 10, 7, 3), (1, 1, 2, 1)])

@@ -9,8 +9,8 @@ import pytest
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-import envs
-from agents import ImpalaConfig, PPOConfig, make_agent
+from podracer import envs
+from podracer.agents import ImpalaConfig, PPOConfig, make_agent
 from podracer.parallel import (
     TRAJECTORY_SPEC,
     data_parallel_learn,
@@ -54,8 +54,12 @@ def _trajectory(env, seed, t=16, b=8):
     all_obs = jnp.stack([s[0] for s in steps] + [obs])
     log_prob = jnp.full((t, b), -np.log(env.spec.num_actions) + 0.1, jnp.float32)
     return Trajectory(
-        all_obs, jnp.stack([s[1] for s in steps]), jnp.stack([s[2].reward for s in steps]),
-        jnp.stack([s[2].discount for s in steps]), jnp.stack([s[2].valid for s in steps]), {"log_prob": log_prob},
+        all_obs,
+        jnp.stack([s[1] for s in steps]),
+        jnp.stack([s[2].reward for s in steps]),
+        jnp.stack([s[2].discount for s in steps]),
+        jnp.stack([s[2].valid for s in steps]),
+        {"log_prob": log_prob},
     )
 
 

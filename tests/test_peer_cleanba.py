@@ -12,8 +12,9 @@ def _fake_checkout(root, drop: str | None = None):
     """A checkout whose scripts hold exactly the text every patch expects (minus the patch ``drop``)."""
     (root / "cleanba").mkdir(parents=True)
     for script in peer_cleanba.SCRIPTS:
-        text = "".join(f"{patch.old}\n" for patch in peer_cleanba.PATCHES
-                       if script in patch.scripts and patch.why != drop)
+        text = "".join(
+            f"{patch.old}\n" for patch in peer_cleanba.PATCHES if script in patch.scripts and patch.why != drop
+        )
         (root / "cleanba" / script).write_text(text)
 
 

@@ -8,8 +8,8 @@ import pytest
 
 from experiments import results
 from experiments.peer_purejaxrl import window_means
-from experiments.presets import ANAKIN_PRESETS, SEBULBA_PRESETS
 from experiments.suites import SUITES, Entry, Reference, Suite
+from podracer.cli.presets import ANAKIN_PRESETS, SEBULBA_PRESETS
 
 
 def test_every_suite_entry_names_a_preset_of_its_agent():
@@ -42,8 +42,11 @@ def test_purejaxrl_windows_average_the_episodes_that_ended_in_them():
 
 
 def test_the_verdict_compares_the_interval_with_the_reference():
-    entry = {"reference": {"value": 10.0, "source": "x"}, "eval": None,
-             "train": {"final": {"point": 8.0, "low": 7.0, "high": 9.0}}}
+    entry = {
+        "reference": {"value": 10.0, "source": "x"},
+        "eval": None,
+        "train": {"final": {"point": 8.0, "low": 7.0, "high": 9.0}},
+    }
     assert results._verdict(entry).startswith("below the reference by 2")
     entry["train"]["final"]["high"] = 11.0
     assert results._verdict(entry).startswith("below by 2 in the mean; the interval reaches it")
@@ -67,9 +70,21 @@ def test_bad_flags_are_refused_and_the_page_lists_suites_not_run(tmp_path, capsy
 
 @pytest.mark.slow
 def test_a_stopped_suite_continues_and_a_finished_run_is_reused(tmp_path, monkeypatch, capsys):
-    tiny = Suite(about="a tiny suite", entries=(
-        Entry("anakin", "catch_ppo", "ppo", "catch", 60_000, seeds=2, evaluations=2,
-              reference=Reference(1.0, "the maximum")),))
+    tiny = Suite(
+        about="a tiny suite",
+        entries=(
+            Entry(
+                "anakin",
+                "catch_ppo",
+                "ppo",
+                "catch",
+                60_000,
+                seeds=2,
+                evaluations=2,
+                reference=Reference(1.0, "the maximum"),
+            ),
+        ),
+    )
     monkeypatch.setattr(results, "SUITES", {"tiny": tiny})
     runs, docs = str(tmp_path / "runs"), str(tmp_path / "docs")
     run_dir = os.path.join(runs, "tiny", "anakin-ppo-catch-seed0")
@@ -128,8 +143,10 @@ def test_purejaxrl_runs_beside_a_finished_suite_and_is_reused(tmp_path, monkeypa
     calls = tmp_path / "calls"
     monkeypatch.setenv("FAKE_CALLS", str(calls))
     steps = 64 * 128 * 100  # 100 updates of PureJaxRL's MinAtar batch
-    tiny = Suite(about="a tiny suite", entries=(
-        Entry("anakin", "minatar_ppo", "ppo", "gymnax:Breakout-MinAtar", steps, seeds=3, purejaxrl=True),))
+    tiny = Suite(
+        about="a tiny suite",
+        entries=(Entry("anakin", "minatar_ppo", "ppo", "gymnax:Breakout-MinAtar", steps, seeds=3, purejaxrl=True),),
+    )
     monkeypatch.setattr(results, "SUITES", {"tiny": tiny})
     monkeypatch.setattr(results, "run_to_end", lambda *args: True)  # podracer's own runs are not what this checks
     docs = str(tmp_path / "docs")
@@ -144,7 +161,7 @@ def test_purejaxrl_runs_beside_a_finished_suite_and_is_reused(tmp_path, monkeypa
     assert calls.read_text().count("call") == 1  # the peer run at this budget was reused
 
 
-SIGTERMED_SUITE = '''
+SIGTERMED_SUITE = """
 import sys
 
 from experiments import results
@@ -153,7 +170,7 @@ from experiments.suites import Entry, Suite
 results.SUITES = {"long": Suite(about="one run far longer than the test", entries=(
     Entry("anakin", "catch_ppo", "ppo", "catch", 10**9, seeds=1),))}
 sys.exit(results.main(["--suite", "long", "--runs-dir", sys.argv[1], "--docs", sys.argv[2]]))
-'''
+"""
 
 
 @pytest.mark.slow
@@ -164,8 +181,13 @@ def test_a_sigterm_to_the_suite_alone_stops_its_run_with_a_checkpoint(tmp_path):
     import sys
 
     runs, docs = tmp_path / "runs", tmp_path / "docs"
-    suite = subprocess.Popen([sys.executable, "-c", SIGTERMED_SUITE, str(runs), str(docs)], cwd=results.ROOT,
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    suite = subprocess.Popen(
+        [sys.executable, "-c", SIGTERMED_SUITE, str(runs), str(docs)],
+        cwd=results.ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     for line in suite.stdout:  # the run is training once it has compiled
         if line.startswith("compiled in"):
             break
@@ -181,13 +203,36 @@ def test_a_sigterm_to_the_suite_alone_stops_its_run_with_a_checkpoint(tmp_path):
 
 def _fake_summary(entry: Entry, final: float) -> dict:
     """What ``summarise`` records for ``entry``, with a flat training curve at ``final``."""
-    curve = {"env_steps": [0, entry.steps], "point": [final, final], "low": [final, final], "high": [final, final],
-             "seconds": [0.0, 1.0], "final": {"point": final, "low": final, "high": final, "per_run": [final]}}
-    return {"name": entry.name, "architecture": entry.architecture, "agent": entry.agent, "env": entry.env,
-            "preset": entry.preset, "preset_settings": results.preset_settings(entry), "flags": list(entry.flags), "seeds": entry.seeds, "steps": entry.steps,
-            "frame_skip": entry.frame_skip, "reference": None, "train": curve, "eval": None, "wall_seconds": 1.0,
-            "compile_seconds": 1.0, "train_seconds": 1.0, "sps": 1, "runs": entry.seeds, "segments": entry.seeds,
-            "measured": "today"}
+    curve = {
+        "env_steps": [0, entry.steps],
+        "point": [final, final],
+        "low": [final, final],
+        "high": [final, final],
+        "seconds": [0.0, 1.0],
+        "final": {"point": final, "low": final, "high": final, "per_run": [final]},
+    }
+    return {
+        "name": entry.name,
+        "architecture": entry.architecture,
+        "agent": entry.agent,
+        "env": entry.env,
+        "preset": entry.preset,
+        "preset_settings": results.preset_settings(entry),
+        "flags": list(entry.flags),
+        "seeds": entry.seeds,
+        "steps": entry.steps,
+        "frame_skip": entry.frame_skip,
+        "reference": None,
+        "train": curve,
+        "eval": None,
+        "wall_seconds": 1.0,
+        "compile_seconds": 1.0,
+        "train_seconds": 1.0,
+        "sps": 1,
+        "runs": entry.seeds,
+        "segments": entry.seeds,
+        "measured": "today",
+    }
 
 
 def test_only_trains_the_named_entry_and_recorded_numbers_outlive_missing_runs(tmp_path, monkeypatch):
@@ -202,8 +247,11 @@ def test_only_trains_the_named_entry_and_recorded_numbers_outlive_missing_runs(t
     for summary in recorded:
         summary["measured"] = "long ago"
     recorded[2]["preset_settings"]["agent_config"]["learning_rate"] = 1.0  # its preset has changed since
-    (docs / "results" / "tiny.json").write_text(json.dumps(
-        {"measured": "long ago", "names": [kept.name, trained.name, changed.name], "entries": recorded, "peers": {}}))
+    (docs / "results" / "tiny.json").write_text(
+        json.dumps(
+            {"measured": "long ago", "names": [kept.name, trained.name, changed.name], "entries": recorded, "peers": {}}
+        )
+    )
     trained_runs = []
 
     def fake_run(entry, seed, run_dir, deadline):
@@ -216,8 +264,12 @@ def test_only_trains_the_named_entry_and_recorded_numbers_outlive_missing_runs(t
     monkeypatch.setattr(results, "summarise", lambda entry, run_dirs: _fake_summary(entry, 0.9))
     with pytest.raises(SystemExit):
         results.main(["--suite", "tiny", "--only", "anakin-ppo-nope", "--docs", str(docs)])
-    assert results.main(["--suite", "tiny", "--only", trained.name, "--docs", str(docs),
-                         "--runs-dir", str(tmp_path / "runs")]) == 0
+    assert (
+        results.main(
+            ["--suite", "tiny", "--only", trained.name, "--docs", str(docs), "--runs-dir", str(tmp_path / "runs")]
+        )
+        == 0
+    )
     assert trained_runs == [trained.name]
     entries = json.loads((docs / "results" / "tiny.json").read_text())["entries"]
     assert entries[0]["train"]["final"]["point"] == 0.5 and entries[0]["measured"] == "long ago"

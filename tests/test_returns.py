@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import rlax
 
-from agents.returns import generalized_advantages, trace_continuation, vtrace
+from podracer.agents.returns import generalized_advantages, trace_continuation, vtrace
 
 GAMMA, LAMBDA = 0.9, 0.8
 
@@ -89,7 +89,9 @@ def test_vtrace_matches_its_definition_with_cuts():
     valid[5, 1] = False
     out = vtrace(reward, discount, valid, values, rho, GAMMA, 1.0, 1.0, 1.0)
     for b in range(2):
-        vs, pg_adv = _vtrace_by_definition(reward[:, b], discount[:, b], valid[:, b], values[:, b], rho[:, b], GAMMA, 1.0, 1.0)
+        vs, pg_adv = _vtrace_by_definition(
+            reward[:, b], discount[:, b], valid[:, b], values[:, b], rho[:, b], GAMMA, 1.0, 1.0
+        )
         np.testing.assert_allclose(np.asarray(out.errors[:, b]) + values[:-1, b], vs, rtol=1e-4, atol=1e-4)
         np.testing.assert_allclose(out.pg_advantage[:, b], pg_adv, rtol=1e-4, atol=1e-4)
 

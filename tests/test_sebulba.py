@@ -12,14 +12,14 @@ import jax
 import numpy as np
 import pytest
 
-from agents import ImpalaConfig, PPOConfig
-from envs.host import HostEnv
-from sebulba.config import SebulbaConfig, geometry, topology
-from sebulba.lifecycle import WorkerFailed
+from podracer.agents import ImpalaConfig, PPOConfig
+from podracer.envs.host import HostEnv
 from podracer.evaluation import OFF as NO_EVALUATION  # training is what most of these tests look at
 from podracer.evaluation import EvalConfig
 from podracer.parallel import first_local_replica
-from sebulba.run import train
+from podracer.sebulba.config import SebulbaConfig, geometry, topology
+from podracer.sebulba.lifecycle import WorkerFailed
+from podracer.sebulba.run import train
 
 CARTPOLE_PPO = PPOConfig(learning_rate=1e-3)
 
@@ -30,7 +30,10 @@ def _params(result):
 
 def test_device_and_batch_errors_come_before_anything_starts():
     with pytest.raises(ValueError, match=r"--envs-per-thread 10 does not split evenly over 4 learner device\(s\)"):
-        geometry(SebulbaConfig(learner_devices="1,2,3,4", envs_per_thread=10), topology(SebulbaConfig(learner_devices="1,2,3,4")))
+        geometry(
+            SebulbaConfig(learner_devices="1,2,3,4", envs_per_thread=10),
+            topology(SebulbaConfig(learner_devices="1,2,3,4")),
+        )
     with pytest.raises(ValueError, match="--learner-devices 7,9: this host has 8 device"):
         topology(SebulbaConfig(learner_devices="7,9"))
     with pytest.raises(ValueError, match="comma-separated device indices"):
@@ -40,7 +43,7 @@ def test_device_and_batch_errors_come_before_anything_starts():
 
 
 def test_env_batches_default_to_two_on_atari_and_one_on_cheap_envs():
-    from sebulba.config import resolve_env_batches
+    from podracer.sebulba.config import resolve_env_batches
 
     one_learner = SebulbaConfig(learner_devices="1")
     topo = topology(one_learner)
@@ -53,14 +56,25 @@ def test_env_batches_default_to_two_on_atari_and_one_on_cheap_envs():
     assert geometry(SebulbaConfig(envs_per_thread=21, learner_devices="1"), topo).env_batches == 1  # until resolved
 
 
-def test_importing_sebulba_sets_synchronous_cpu_dispatch_or_says_why_it_cannot():
-    code = "import jax; {}import sebulba; print(jax.config.read('jax_cpu_enable_async_dispatch'))"
-    first = subprocess.run([sys.executable, "-c", code.format("")], capture_output=True, text=True, timeout=120)
-    assert first.returncode == 0 and first.stdout.split() == ["False"], first.stderr[-2000:]
-    late = subprocess.run([sys.executable, "-c", code.format("jax.numpy.zeros(1); ")], capture_output=True,
-                          text=True, timeout=120)  # a notebook that ran JAX before importing sebulba
+def test_synchronous_cpu_dispatch_is_asked_for_not_set_by_an_import_and_says_why_it_cannot():
+    code = "import jax; from podracer import sebulba; {}print(jax.config.read('jax_cpu_enable_async_dispatch'))"
+    imported = subprocess.run([sys.executable, "-c", code.format("")], capture_output=True, text=True, timeout=120)
+    assert imported.returncode == 0 and imported.stdout.split() == ["True"], imported.stderr[-2000:]
+    asked = subprocess.run(
+        [sys.executable, "-c", code.format("sebulba.prefer_synchronous_cpu_dispatch(); ")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert asked.returncode == 0 and asked.stdout.split() == ["False"], asked.stderr[-2000:]
+    late = subprocess.run(  # a notebook that ran JAX first
+        [sys.executable, "-c", code.format("jax.numpy.zeros(1); sebulba.prefer_synchronous_cpu_dispatch(); ")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert late.returncode == 0 and late.stdout.split() == ["True"], late.stderr[-2000:]
-    assert "JAX started before sebulba was imported" in late.stderr
+    assert "JAX started before prefer_synchronous_cpu_dispatch() was called" in late.stderr
 
 
 def test_default_split_puts_actors_on_device_0_and_learners_on_the_rest():
@@ -72,10 +86,17 @@ def test_default_split_puts_actors_on_device_0_and_learners_on_the_rest():
 @pytest.mark.slow
 def test_evaluation_runs_beside_training_and_at_the_end():
     """An evaluation thread on the actor device: a request returns at once, its result reaches a later record."""
-    config = SebulbaConfig(actor_devices="0", learner_devices="1", envs_per_thread=16, rollout_len=64,
-                           total_env_steps=100_000, seed=0)
-    result = train("ppo", CARTPOLE_PPO, "CartPole-v1", config, quiet=True,
-                   evaluation=EvalConfig(eval_every=30_000, eval_episodes=4))
+    config = SebulbaConfig(
+        actor_devices="0", learner_devices="1", envs_per_thread=16, rollout_len=64, total_env_steps=100_000, seed=0
+    )
+    result = train(
+        "ppo",
+        CARTPOLE_PPO,
+        "CartPole-v1",
+        config,
+        quiet=True,
+        evaluation=EvalConfig(eval_every=30_000, eval_episodes=4),
+    )
     evaluated = [r for r in result.records if "eval_return" in r]
     assert len(evaluated) >= 3 and all(r["eval_env_steps"] <= r["env_steps"] for r in evaluated)
     assert [r["eval_env_steps"] for r in evaluated] == sorted({r["eval_env_steps"] for r in evaluated})
@@ -92,12 +113,13 @@ def test_ppo_runs_halfcheetah_with_a_gaussian_policy():
     seed needs (before the packed-sort shuffle: 4439/4061/5932; with threefry actor keys, before the actors'
     rbg keys: 3910/5497/4289). With the initial log-std at 0, seeds 0/1/2 ended at 1494/1531/3026: -0.5 is what gives the
     margin."""
-    from experiments.presets import SEBULBA_PRESETS
+    from podracer.cli.presets import SEBULBA_PRESETS
 
     fitted = SEBULBA_PRESETS["halfcheetah_ppo"]["fit"](2, os.cpu_count())
     config = SebulbaConfig(actor_devices="0", learner_devices="1", seed=0, **fitted["sebulba"])
-    result = train("ppo", PPOConfig(**fitted["agent_config"]), "HalfCheetah-v4", config, quiet=True,
-                   evaluation=NO_EVALUATION)
+    result = train(
+        "ppo", PPOConfig(**fitted["agent_config"]), "HalfCheetah-v4", config, quiet=True, evaluation=NO_EVALUATION
+    )
     returns = [r["episode_return"] for r in result.records]
     assert returns[0] < 0 and np.mean(returns[-3:]) >= 1500, returns
     moments = first_local_replica(result.state).obs_moments
@@ -110,8 +132,9 @@ def test_ppo_learns_envpool_cartpole_with_one_actor_and_one_learner_device():
     windows, with the 16 envs in one envpool batch (the default for CartPole): seeds 0/1/2 reach 500/492/494
     and first pass 350 at 123k/108k/77k steps (in two batches, before the packed-sort shuffle, they reached
     500/436/490: a window holds only ~30 episodes); the bar of 350 leaves room."""
-    config = SebulbaConfig(actor_devices="0", learner_devices="1", envs_per_thread=16, rollout_len=64,
-                           total_env_steps=300_000, seed=0)
+    config = SebulbaConfig(
+        actor_devices="0", learner_devices="1", envs_per_thread=16, rollout_len=64, total_env_steps=300_000, seed=0
+    )
     result = train("ppo", CARTPOLE_PPO, "CartPole-v1", config, quiet=True, evaluation=NO_EVALUATION)
     returns = [r["episode_return"] for r in result.records]
     assert returns[0] < 100 and np.mean(returns[-5:]) >= 350, returns
@@ -123,16 +146,29 @@ def test_ppo_learns_envpool_cartpole_with_one_actor_and_one_learner_device():
 
 def test_an_agent_built_by_hand_trains_with_sebulba_through_the_public_api(tmp_path):
     """What a notebook does: build the agent itself, then hand it to Sebulba."""
-    from agents import make_ppo
-    from sebulba import batch_shape, env_spec, train_agent
+    from podracer.agents import make_ppo
+    from podracer.sebulba import batch_shape, env_spec, train_agent
 
-    config = SebulbaConfig(actor_devices="0", learner_devices="1,2", envs_per_thread=8, rollout_len=16,
-                           total_env_steps=8 * 16 * 6, log_interval=8 * 16 * 2)
+    config = SebulbaConfig(
+        actor_devices="0",
+        learner_devices="1,2",
+        envs_per_thread=8,
+        rollout_len=16,
+        total_env_steps=8 * 16 * 6,
+        log_interval=8 * 16 * 2,
+    )
     spec = env_spec("CartPole-v1")
     assert spec.num_actions == 2 and spec.observation.shape == (4,)
     agent = make_ppo(CARTPOLE_PPO, spec, batch_shape(config))
-    result = train_agent(agent, "CartPole-v1", config, run_dir=str(tmp_path), quiet=True, about={"agent": "my-ppo"},
-                         evaluation=NO_EVALUATION)
+    result = train_agent(
+        agent,
+        "CartPole-v1",
+        config,
+        run_dir=str(tmp_path),
+        quiet=True,
+        about={"agent": "my-ppo"},
+        evaluation=NO_EVALUATION,
+    )
     assert result.env_steps == 768 and [r["update"] for r in result.records] == [2, 4, 6]
     saved = json.load(open(tmp_path / "config.json"))
     assert (saved["agent"], saved["env"], saved["architecture"]) == ("my-ppo", "CartPole-v1", "sebulba")
@@ -143,13 +179,21 @@ def test_an_agent_built_by_hand_trains_with_sebulba_through_the_public_api(tmp_p
 
 @pytest.mark.slow
 def test_impala_on_atari_gives_finite_losses_and_real_game_scores(tmp_path):
-    config = SebulbaConfig(actor_devices="0", learner_devices="1", envs_per_thread=8, rollout_len=20,
-                           total_env_steps=8 * 20 * 24, log_interval=8 * 20 * 6, seed=1)
+    config = SebulbaConfig(
+        actor_devices="0",
+        learner_devices="1",
+        envs_per_thread=8,
+        rollout_len=20,
+        total_env_steps=8 * 20 * 24,
+        log_interval=8 * 20 * 6,
+        seed=1,
+    )
     agent_config = ImpalaConfig(shared_torso=True, max_grad_norm=40.0)
     # Evaluated as a game (all lives, unclipped score) by sampling: a greedy untrained agent may never press FIRE.
     evaluation = EvalConfig(eval_episodes=2, eval_policy="sample")
-    result = train("impala", agent_config, "Breakout-v5", config, run_dir=str(tmp_path), quiet=True,
-                   evaluation=evaluation)
+    result = train(
+        "impala", agent_config, "Breakout-v5", config, run_dir=str(tmp_path), quiet=True, evaluation=evaluation
+    )
     assert result.evaluation["eval_episodes"] == 2 and result.evaluation["eval_return"] >= 0
     assert len(result.records) == 4
     assert all(np.isfinite(r["loss"]) and np.isfinite(r["value_loss"]) for r in result.records)
@@ -165,10 +209,24 @@ def test_impala_on_atari_gives_finite_losses_and_real_game_scores(tmp_path):
 
 
 def _reproducible(learner_devices="1", **overrides):
-    config = SebulbaConfig(actor_devices="0", learner_devices=learner_devices, envs_per_thread=8, rollout_len=16,
-                           total_env_steps=8 * 16 * 6, sync="reproducible", seed=4, **overrides)
-    return train("ppo", dataclasses.replace(CARTPOLE_PPO, num_minibatches=1), "CartPole-v1", config, quiet=True,
-                 evaluation=NO_EVALUATION)
+    config = SebulbaConfig(
+        actor_devices="0",
+        learner_devices=learner_devices,
+        envs_per_thread=8,
+        rollout_len=16,
+        total_env_steps=8 * 16 * 6,
+        sync="reproducible",
+        seed=4,
+        **overrides,
+    )
+    return train(
+        "ppo",
+        dataclasses.replace(CARTPOLE_PPO, num_minibatches=1),
+        "CartPole-v1",
+        config,
+        quiet=True,
+        evaluation=NO_EVALUATION,
+    )
 
 
 def test_reproducible_mode_gives_identical_parameters():
@@ -199,8 +257,9 @@ def test_a_failing_actor_thread_stops_the_run_with_its_traceback(monkeypatch):
         return real_recv(self)
 
     monkeypatch.setattr(HostEnv, "recv", flaky_recv)
-    config = SebulbaConfig(actor_devices="0", learner_devices="1", envs_per_thread=8, rollout_len=16,
-                           total_env_steps=10_000_000)
+    config = SebulbaConfig(
+        actor_devices="0", learner_devices="1", envs_per_thread=8, rollout_len=16, total_env_steps=10_000_000
+    )
     start = time.perf_counter()
     with pytest.raises(WorkerFailed, match="actor thread 0.*simulated emulator crash") as failure:
         train("ppo", CARTPOLE_PPO, "CartPole-v1", config, quiet=True, evaluation=NO_EVALUATION)
@@ -212,11 +271,29 @@ def test_a_failing_actor_thread_stops_the_run_with_its_traceback(monkeypatch):
 @pytest.mark.slow
 def test_sigterm_stops_a_run_cleanly(tmp_path):
     run_dir = tmp_path / "run"
-    command = [sys.executable, "-m", "experiments.cli", "sebulba", "--cpu-devices", "2", "--total-env-steps", "100000000",
-               "--log-interval", "2048", "--logdir", str(run_dir)]
+    command = [
+        sys.executable,
+        "-m",
+        "podracer.cli.main",
+        "sebulba",
+        "--cpu-devices",
+        "2",
+        "--total-env-steps",
+        "100000000",
+        "--log-interval",
+        "2048",
+        "--logdir",
+        str(run_dir),
+    ]
     env = {**os.environ, "XLA_FLAGS": ""}
-    process = subprocess.Popen(command, stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
-                               cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    process = subprocess.Popen(
+        command,
+        stderr=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+    )
     try:
         for line in process.stderr:
             if "steps/s" in line:  # training is under way

@@ -1,0 +1,151 @@
+"""PPO: clipped surrogate objective, GAE, epochs x minibatches, entropy bonus, value clipping.
+
+With a shared torso, GAE takes the values the actors computed beside the policy (the behaviour values).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import chex
+import jax
+import jax.numpy as jnp
+
+from podracer.agents import actor_critic
+from podracer.agents.actor_critic import ActorCriticConfig, LearnerState
+from podracer.agents.networks import ActorCritic
+from podracer.agents.returns import generalized_advantages
+from podracer.agents.sgd import resolve_unroll, shuffled_minibatches
+from podracer.config import check_knobs, knob
+from podracer.parallel import global_masked_moments, masked_mean
+from podracer.types import Agent, BatchShape, EnvSpec, Trajectory
+
+
+@dataclasses.dataclass(frozen=True)
+class PPOConfig(ActorCriticConfig):
+    gae_lambda: float = knob(0.95, "GAE lambda")
+    clip_eps: float = knob(0.2, "PPO ratio clipping epsilon")
+    num_epochs: int = knob(4, "passes over each batch", minimum=1)
+    num_minibatches: int = knob(4, "minibatches per pass; each spans every device", minimum=1)
+    clip_value: bool = knob(True, "clip the value loss around the behaviour values")
+    normalize_advantages: bool = knob(True, "normalise advantages per minibatch (over all devices)")
+
+
+def ppo_loss(
+    log_prob: jax.Array,
+    entropy: jax.Array,
+    values: jax.Array,
+    behaviour_log_prob: jax.Array,
+    behaviour_value: jax.Array,
+    advantage: jax.Array,
+    target: jax.Array,
+    valid: jax.Array,
+    config: PPOConfig,
+) -> tuple[jax.Array, dict]:
+    """This replica's PPO loss on a minibatch of ``N`` transitions.
+
+    Args:
+      log_prob, entropy: ``[N]`` the taken actions' log-probabilities and the entropies under the current policy.
+      values: ``[N]`` current value estimates.
+      behaviour_log_prob, behaviour_value, advantage, target: ``[N]``.
+      valid: ``[N]`` bool; invalid (auto-reset) transitions contribute nothing.
+    """
+    chex.assert_rank(log_prob, 1)
+    chex.assert_equal_shape([log_prob, entropy, values, behaviour_log_prob, behaviour_value, advantage, target, valid])
+    if config.normalize_advantages:
+        mean, var = global_masked_moments(advantage, valid)
+        advantage = (advantage - mean) / (jnp.sqrt(var) + 1e-8)
+    log_ratio = log_prob - behaviour_log_prob
+    ratio = jnp.exp(log_ratio)
+    clipped_ratio = jnp.clip(ratio, 1.0 - config.clip_eps, 1.0 + config.clip_eps)
+    value_error = jnp.square(values - target)
+    if config.clip_value:
+        clipped = behaviour_value + jnp.clip(values - behaviour_value, -config.clip_eps, config.clip_eps)
+        value_error = jnp.maximum(value_error, jnp.square(clipped - target))
+    per_step = {
+        "policy_loss": -jnp.minimum(ratio * advantage, clipped_ratio * advantage),
+        "value_loss": 0.5 * value_error,
+        "entropy": entropy,
+        "approx_kl": jax.lax.stop_gradient((ratio - 1.0) - log_ratio),
+        "clip_fraction": (jnp.abs(ratio - 1.0) > config.clip_eps).astype(jnp.float32),
+    }
+    # One reduction for all of them: on XLA:CPU each separate reduction is a kernel launch.
+    means = masked_mean(jnp.stack(list(per_step.values()), axis=-1), valid)
+    metrics = dict(zip(per_step, means))
+    loss = metrics["policy_loss"] + config.value_coef * metrics["value_loss"] - config.entropy_coef * metrics["entropy"]
+    return loss, metrics
+
+
+def make_ppo(config: PPOConfig, spec: EnvSpec, shape: BatchShape = BatchShape()) -> Agent:
+    """A PPO :class:`Agent` for ``spec``; ``shape.num_updates`` sets the length of LR annealing."""
+    check_knobs(config)
+    steps = shape.num_updates * config.num_epochs * config.num_minibatches if shape.num_updates else None
+    parts = actor_critic.build(config, spec, steps)
+    policy = parts.policy
+    unroll = resolve_unroll(config.minibatch_loop)
+    # With one torso for policy and value, acting computes the values too for a dense head more, and the
+    # learner is spared a forward pass over the batch (as CleanRL's and Cleanba's PPO keep the rollout's
+    # values); with two torsos the critic's would double the actors' work, so the learner computes them.
+    acting_values = config.shared_torso
+
+    def minibatch_loss(params, mb):
+        policy_out, values = actor_critic.apply_network(parts, params, mb["obs"])
+        log_prob, entropy = policy.log_prob_and_entropy(policy_out, mb["action"], mb["extras"])
+        return ppo_loss(
+            log_prob,
+            entropy,
+            values,
+            mb["extras"]["log_prob"],
+            mb["value"],
+            mb["advantage"],
+            mb["target"],
+            mb["valid"],
+            config,
+        )
+
+    def sgd_step(state: LearnerState, minibatch):
+        return actor_critic.gradient_step(minibatch_loss, parts.optimizer, state, minibatch)
+
+    def learn(state: LearnerState, traj: Trajectory, key: jax.Array):
+        rollout_len, num_envs = traj.reward.shape
+        if (rollout_len * num_envs) % config.num_minibatches:
+            raise ValueError(
+                f"PPO: each replica learns from rollout_len x envs = {rollout_len} x {num_envs} = "
+                f"{rollout_len * num_envs} transitions, which --num-minibatches {config.num_minibatches} "
+                "does not divide; pick a divisor of that number, or change the environments per replica "
+                "(anakin: --num-envs; sebulba: --envs-per-thread) or --rollout-len"
+            )
+        state, traj = actor_critic.prepare_batch(parts, state, traj)
+        if acting_values:  # the actors' values of obs[:-1]; only the bootstrap observation's is computed here
+            bootstrap = actor_critic.apply_network(parts, state.params, traj.obs[-1], ActorCritic.value)
+            values = jnp.concatenate([traj.extras["value"], bootstrap[None]])
+        else:
+            values = actor_critic.time_major(
+                lambda obs: actor_critic.apply_network(parts, state.params, obs, ActorCritic.value)
+            )(traj.obs)
+        advantage = generalized_advantages(
+            traj.reward, traj.discount, traj.valid, values, config.gamma, config.gae_lambda
+        )
+        batch = {
+            "obs": traj.obs[:-1],
+            "action": traj.action,
+            "extras": traj.extras,
+            "value": values[:-1],
+            "advantage": advantage,
+            "target": advantage + values[:-1],
+            "valid": traj.valid,
+        }
+        flat = jax.tree.map(lambda x: x.reshape((-1, *x.shape[2:])), batch)
+        state, metrics = shuffled_minibatches(
+            sgd_step, state, flat, key, config.num_epochs, config.num_minibatches, unroll
+        )
+        state = state._replace(update=state.update + 1)
+        return state, jax.tree.map(jnp.mean, metrics)
+
+    return Agent(
+        init=actor_critic.make_init(parts, spec),
+        actor_params=actor_critic.actor_params,
+        act=actor_critic.make_act(parts, with_value=acting_values),
+        learn=learn,
+        act_greedy=actor_critic.make_act_greedy(parts),
+    )

@@ -1,0 +1,91 @@
+"""Anakin's evaluation: episodes on jittable environments of their own, in one compiled call per evaluation.
+
+Every seed's parameters are evaluated (``vmap`` over seeds) on
+``--eval-episodes`` environments reset with keys that never meet training's,
+stepped until each has finished one episode (at most the environment's time
+limit). It runs on this process's first device; training waits for it, which
+on Anakin costs about as many env steps as the evaluation takes.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from podracer import evaluation
+from podracer.evaluation import EvalConfig, summary
+from podracer.types import Agent
+
+MAX_EVAL_STEPS = 100_000  # per episode, for environments without a time limit
+EVAL_STREAM = 0x65766C  # folded into the run's seed: the evaluation's keys never meet training's
+
+
+def episode_returns(agent: Agent, env, config: EvalConfig):
+    """A jitted ``(params [seeds, ...], key) -> (returns [seeds, M], finished [seeds, M])`` for ``M`` episodes."""
+    episodes = config.eval_episodes
+    act = evaluation.policy(agent, config)
+    limit = min(int(env.max_episode_steps), MAX_EVAL_STEPS) + 1  # + 1: the step that reports a truncation
+
+    def one_seed(params, key):
+        reset_key, act_key = jax.random.split(key)
+        state, obs = jax.vmap(env.reset)(jax.random.split(reset_key, episodes))
+        none = jnp.zeros(episodes, bool)
+
+        def unfinished(carry):
+            t, _, _, finished, _, _ = carry
+            return (t < limit) & ~jnp.all(finished)
+
+        def step(carry):
+            t, state, obs, finished, returns, key = carry
+            key, step_key = jax.random.split(key)
+            state, ts = env.step_batch(state, act(params, obs, step_key))
+            ended = ts.episode.done & ~finished
+            returns = jnp.where(ended, ts.episode.episode_return, returns)
+            return t + 1, state, ts.obs, finished | ended, returns, key
+
+        carry = (jnp.int32(0), state, obs, none, jnp.zeros(episodes, jnp.float32), act_key)
+        _, _, _, finished, returns, _ = jax.lax.while_loop(unfinished, step, carry)
+        return returns, finished
+
+    @jax.jit
+    def run(params, key):
+        seeds = jax.tree.leaves(params)[0].shape[0]
+        return jax.vmap(one_seed)(params, jax.random.split(key, seeds))
+
+    return run
+
+
+def seed_learners(state):
+    """Every seed's learner state ``[seeds, ...]`` from a runner state, on this process's first device.
+
+    The runner state's leaves are ``[devices, seeds, lanes, ...]``; every lane and device holds the same learner.
+    """
+    return jax.tree.map(lambda x: x.addressable_shards[0].data[0, :, 0], state.learner)
+
+
+class AnakinEvaluator:
+    """:class:`podracer.evaluation.Evaluator` for Anakin's runner state (evaluates at once, on request)."""
+
+    def __init__(self, agent: Agent, env, config: EvalConfig, seed: int, steps_per_update: int):
+        self.agent, self.steps_per_update = agent, steps_per_update
+        self.run = episode_returns(agent, env, config)
+        self.key = jax.random.fold_in(jax.random.key(seed), EVAL_STREAM)
+        self.finished: dict = {}
+
+    def request(self, state, update: int) -> None:
+        local = seed_learners(state)
+        returns, finished = jax.device_get(
+            self.run(self.agent.actor_params(local), jax.random.fold_in(self.key, update))
+        )
+        env_steps = update * self.steps_per_update
+        if finished.all():
+            self.finished = summary(returns, env_steps)
+        else:  # only without a time limit: episodes that outlasted MAX_EVAL_STEPS are left out
+            ended = returns[finished].reshape(1, -1)
+            self.finished = (
+                summary(ended, env_steps) if ended.size else {"eval_episodes": 0, "eval_env_steps": env_steps}
+            )
+
+    def collect(self, wait: bool, report=None) -> dict:  # never waits: ``request`` evaluated at once
+        finished, self.finished = self.finished, {}
+        return finished

@@ -1,0 +1,172 @@
+"""The Anakin program: acting, environment steps and learning in one compiled call.
+
+Inside each device (a ``shard_map`` shard of the mesh), ``vmap`` runs the
+independent seeds and, within each seed, the update lanes (axis
+:data:`podracer.parallel.LANE_AXIS`). Each lane steps its own batch of
+environments with a ``lax.scan`` rollout and calls ``Agent.learn``, which
+averages gradients over lanes and devices. One call runs a ``fori_loop`` of
+many updates (or exactly one, where a device loop is slow: see
+:func:`podracer.anakin.config.loop_on_device`) and returns only a handful of
+accumulated scalars to the host.
+
+Every leaf of the global :class:`RunnerState` is laid out
+``[devices, seeds, lanes, ...]`` and sharded over the device axis.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import Mesh
+from jax.sharding import PartitionSpec as P
+
+from podracer.anakin.config import AnakinGeometry
+from podracer.driver import StepStats
+from podracer.parallel import (
+    DEVICE_AXIS,
+    LANE_AXIS,
+    device_mesh,
+    mean_over_replicas,
+    shard_map,
+    sum_over_replicas,
+    vmap_unless_single,
+)
+from podracer.types import Agent, Trajectory
+
+
+class RunnerState(NamedTuple):
+    """Everything one lane carries from update to update."""
+
+    learner: Any  # the agent's LearnerState (identical on every lane and device)
+    env_state: Any  # [B, ...] auto-reset environment states
+    obs: Any  # [B, ...] observations to act on next
+    act_key: jax.Array  # this lane's own key for acting
+    learn_key: jax.Array  # shared by every lane and device of a seed
+
+
+class Anakin(NamedTuple):
+    init: Callable[[int], RunnerState]  # seed -> global RunnerState
+    # (state, num updates) -> (state, per-seed sums over the updates); with loop_on_device False, exactly one.
+    run: Callable[[RunnerState, jax.Array], tuple[RunnerState, StepStats]]
+    geometry: AnakinGeometry
+    mesh: Mesh
+    loop_on_device: bool
+
+
+def anakin_mesh(devices, lanes: int) -> Mesh:
+    """The mesh for ``lanes`` lanes per device: with one lane, a trivial mesh axis binds its name."""
+    return device_mesh(devices, lane_axis=lanes == 1)
+
+
+def rollout(agent: Agent, env, rollout_len: int, params, env_state, obs, key):
+    """``rollout_len`` steps of acting and stepping the ``[B]`` environments; returns the state to go on
+    from, the :class:`Trajectory` (``obs [T + 1, B, ...]``) and the ``[T, B]`` episode statistics."""
+
+    def step(carry, step_key):
+        env_state, obs = carry
+        action, extras = agent.act(params, obs, step_key)
+        env_state, ts = env.step_batch(env_state, action)
+        return (env_state, ts.obs), (obs, action, ts.reward, ts.discount, ts.valid, extras, ts.episode)
+
+    (env_state, last_obs), steps = jax.lax.scan(step, (env_state, obs), jax.random.split(key, rollout_len))
+    obs_seq, action, reward, discount, valid, extras, episodes = steps
+    all_obs = jax.tree.map(lambda seq, last: jnp.concatenate([seq, last[None]]), obs_seq, last_obs)
+    return env_state, last_obs, Trajectory(all_obs, action, reward, discount, valid, extras), episodes
+
+
+def _lane_update(agent: Agent, env, rollout_len: int, runner: RunnerState):
+    """One update of one lane: a rollout, then ``Agent.learn``; metrics and episode sums over every replica."""
+    act_key, rollout_key = jax.random.split(runner.act_key)
+    learn_key, update_key = jax.random.split(runner.learn_key)
+    params = agent.actor_params(runner.learner)
+    env_state, obs, traj, episodes = rollout(agent, env, rollout_len, params, runner.env_state, runner.obs, rollout_key)
+    learner, metrics = agent.learn(runner.learner, traj, update_key)
+    runner = RunnerState(learner, env_state, obs, act_key, learn_key)
+    return runner, mean_over_replicas(metrics), sum_over_replicas(episodes.ended_sums())
+
+
+def _lane_init(env, lanes: int, num_envs: int, learner, seed_keys: jax.Array, lane) -> RunnerState:
+    """A lane's first state around the seed's ``learner``, from the seed's ``[4]`` keys (learner, environments,
+    acting, learning): every environment of every replica gets its own key."""
+    _, env_key, act_key, learn_key = seed_keys
+    replica = jax.lax.axis_index(DEVICE_AXIS) * lanes + lane
+    env_ids = replica * num_envs + jnp.arange(num_envs)
+    env_keys = jax.vmap(lambda i: jax.random.fold_in(env_key, i))(env_ids)
+    env_state, obs = jax.vmap(env.reset)(env_keys)
+    return RunnerState(learner, env_state, obs, jax.random.fold_in(act_key, replica), learn_key)
+
+
+def _init_learners(agent: Agent, learner_keys: jax.Array):
+    """Each seed's ``LearnerState`` (leaves ``[seeds, ...]``) from its key, one seed after another.
+
+    Not ``vmap``: batched orthogonal initialisation is a batched QR, whose LAPACK
+    kernel on XLA:CPU (jaxlib 0.10) splits the batch over the same thread pool
+    that runs it and can wait forever when two such kernels hold every thread.
+    """
+    return jax.lax.map(agent.init, learner_keys)
+
+
+def _add_update(stats: StepStats, i, metrics, sums) -> StepStats:
+    """``stats`` with update ``i``'s per-seed metrics and episode sums added (and its loss checked)."""
+    ret, length, count = sums
+    first = jnp.where((stats.first_nonfinite < 0) & ~jnp.isfinite(metrics["loss"]), i, stats.first_nonfinite)
+    return StepStats(
+        jax.tree.map(jnp.add, stats.metrics, metrics),
+        stats.return_sum + ret,
+        stats.length_sum + length,
+        stats.episodes + count,
+        first,
+        {},
+    )
+
+
+def make_anakin(agent: Agent, env, geometry: AnakinGeometry, mesh: Mesh, loop_on_device: bool = True) -> Anakin:
+    """Builds the Anakin program for ``agent`` on the auto-resetting jittable ``env``.
+
+    ``mesh`` comes from :func:`anakin_mesh` for ``geometry.lanes``; see
+    :func:`podracer.anakin.config.loop_on_device` for ``loop_on_device``.
+    """
+    lanes, seeds = geometry.lanes, geometry.num_seeds
+    lane_update = functools.partial(_lane_update, agent, env, geometry.rollout_len)
+    lane_init = functools.partial(_lane_init, env, lanes, geometry.envs_per_lane)
+    # [seeds, lanes] inside a device; lanes are a named axis for the agent's gradient averaging.
+    device_update = vmap_unless_single(vmap_unless_single(lane_update, lanes, LANE_AXIS), seeds)
+
+    def device_init(seed_keys):
+        keys = jax.vmap(lambda key: jax.random.split(key, 4))(seed_keys)  # [seeds, 4]
+        lanes_of_seed = jax.vmap(lane_init, in_axes=(None, None, 0))  # the seed's learner is every lane's
+        per_seed = jax.vmap(lambda learner, seed_keys: lanes_of_seed(learner, seed_keys, jnp.arange(lanes)))
+        return jax.tree.map(lambda x: x[None], per_seed(_init_learners(agent, keys[:, 0]), keys))
+
+    def device_run(state: RunnerState, num_updates):
+        state = jax.tree.map(lambda x: x[0], state)
+
+        def body(i, carry):
+            state, stats = carry
+            state, metrics, sums = device_update(state)
+            return state, _add_update(stats, i, *jax.tree.map(lambda x: x[:, 0], (metrics, sums)))
+
+        zeros = jnp.zeros(seeds, jnp.float32)
+        metric_shapes = jax.eval_shape(lambda s: device_update(s)[1], state)
+        metrics = jax.tree.map(lambda m: jnp.zeros(m.shape[:1], m.dtype), metric_shapes)
+        stats = StepStats(metrics, zeros, zeros, zeros, jnp.full(seeds, -1, jnp.int32), {})
+        if loop_on_device:
+            state, stats = jax.lax.fori_loop(0, num_updates, body, (state, stats))
+        else:
+            state, stats = body(0, (state, stats))
+        return jax.tree.map(lambda x: x[None], state), stats
+
+    @jax.jit
+    def init(seed):
+        seed_keys = jax.vmap(jax.random.key)(seed + jnp.arange(seeds))
+        return shard_map(device_init, mesh, in_specs=P(), out_specs=P(DEVICE_AXIS))(seed_keys)
+
+    run = jax.jit(
+        shard_map(device_run, mesh, in_specs=(P(DEVICE_AXIS), P()), out_specs=(P(DEVICE_AXIS), P())),
+        donate_argnums=0,
+    )
+    return Anakin(init=init, run=run, geometry=geometry, mesh=mesh, loop_on_device=loop_on_device)

@@ -1,0 +1,300 @@
+"""Ready-made settings: the Podracer paper's Anakin examples scaled to one machine.
+
+A preset fills in flag defaults; flags given on the command line still win.
+``podracer anakin --preset NAME``; ``podracer presets`` lists them.
+"""
+
+from __future__ import annotations
+
+ANAKIN_PRESETS: dict[str, dict] = {
+    "cartpole_ppo": {
+        "about": "PPO on CartPole-v1 with PureJaxRL's settings (4 envs x 128 steps, 4 epochs x 4 minibatches); "
+        "at 500k steps 500 in training and greedy evaluation (seeds 0-2)",
+        "agent": "ppo",
+        "env": "cartpole",
+        "anakin": {"num_envs": 4, "rollout_len": 128, "total_env_steps": 500_000},
+        "agent_config": {},
+    },
+    "cartpole_ppo_wide": {
+        "about": "PPO on CartPole-v1 with 64 envs, the batch that fills a device better; at 5M steps training "
+        "returns 500 / 499 / 500 and greedy evaluation 500 (seeds 0-2)",
+        "agent": "ppo",
+        "env": "cartpole",
+        "anakin": {"num_envs": 64, "rollout_len": 128, "total_env_steps": 5_000_000},
+        "agent_config": {},
+    },
+    "catch_ppo": {
+        "about": "PPO on the paper's Catch (10x5), as in DeepMind's Anakin colab; training return 0.991-1.0 and "
+        "greedy evaluation 1.0 at 200k steps (seeds 0-2)",
+        "agent": "ppo",
+        "env": "catch",
+        "anakin": {"num_envs": 64, "rollout_len": 16, "total_env_steps": 200_000},
+        "agent_config": {"learning_rate": 1e-3, "num_epochs": 2, "num_minibatches": 2},
+    },
+    "catch_impala": {
+        "about": "IMPALA/V-trace on Catch; training return 0.985-0.994 and greedy evaluation 1.0 at 300k steps "
+        "(seeds 0-2)",
+        "agent": "impala",
+        "env": "catch",
+        "anakin": {"num_envs": 64, "rollout_len": 16, "total_env_steps": 300_000},
+        "agent_config": {"learning_rate": 3e-3},
+    },
+    "catch_muzero": {
+        "about": "MuZero (Gumbel search, 8 simulations) on Catch, replay on the device; its training return "
+        "(search exploration included) passes 0.9 after 90-120k steps and ends at 0.95-0.99 (seeds 0-2, one device)",
+        "agent": "muzero",
+        "env": "catch",
+        "anakin": {"num_envs": 16, "rollout_len": 16, "total_env_steps": 200_000},
+        "agent_config": {
+            "num_simulations": 8,
+            "td_steps": 9,
+            "unroll_steps": 5,
+            "replay_capacity": 400,
+            "batch_size": 64,
+            "replay_ratio": 4.0,
+            "learning_rate": 4e-3,
+            "support_max": 3.0,
+            "support_bins": 21,
+            "max_considered_actions": 3,
+        },
+    },
+    "cartpole_muzero": {
+        "about": "MuZero (Gumbel search, 16 simulations) on CartPole-v1; at 200k steps training returns 500 / 500 / "
+        "414 and evaluation 495 / 500 / 316 (seeds 0-2)",
+        "agent": "muzero",
+        "env": "cartpole",
+        "anakin": {"num_envs": 16, "rollout_len": 16, "total_env_steps": 200_000},
+        "agent_config": {
+            "num_simulations": 16,
+            "td_steps": 5,
+            "replay_capacity": 1000,
+            "batch_size": 64,
+            "replay_ratio": 2.0,
+            "learning_rate": 3e-3,
+        },
+    },
+    "pendulum_ppo": {
+        "about": "PPO with a Gaussian policy on gymnax's Pendulum-v1 (CleanRL's continuous settings: 10 epochs x 32 "
+        "minibatches, no entropy bonus; observations normalised, rewards x 0.1); at 1M steps training return "
+        "-163 and greedy evaluation -195 (seeds 0-2; gymnax-blines' PPO: -130)",
+        "agent": "ppo",
+        "env": "gymnax:Pendulum-v1",
+        "anakin": {"num_envs": 16, "rollout_len": 128, "total_env_steps": 1_000_000},
+        "agent_config": {
+            "learning_rate": 3e-4,
+            "entropy_coef": 0.0,
+            "num_epochs": 10,
+            "num_minibatches": 32,
+            "normalize_observations": True,
+            "reward_scale": 0.1,
+        },
+    },
+    "inverted_pendulum_ppo": {
+        "about": "PPO with a Gaussian policy on Brax's inverted_pendulum (needs the brax extra); the settings of "
+        "benchmark_brax.py: 64 envs x 16 steps, 4 epochs x 4 minibatches, observations normalised; at 600k "
+        "steps training returns 1000 / 960 / 1000 of 1000 (seeds 0-2), each passing 800 by 201k",
+        "agent": "ppo",
+        "env": "brax:inverted_pendulum",
+        "anakin": {"num_envs": 64, "rollout_len": 16, "total_env_steps": 600_000},
+        "agent_config": {
+            "learning_rate": 3e-4,
+            "gamma": 0.97,
+            "entropy_coef": 1e-3,
+            "max_grad_norm": 1.0,
+            "num_epochs": 4,
+            "num_minibatches": 4,
+            "normalize_observations": True,
+        },
+    },
+    "acrobot_ppo": {
+        "about": "PPO on gymnax's Acrobot-v1 with PureJaxRL's CartPole settings (4 envs x 128 steps); at 500k steps "
+        "its training return is -84 and its greedy evaluation -79 (seeds 0-2; gymnax-blines' PPO: -80)",
+        "agent": "ppo",
+        "env": "gymnax:Acrobot-v1",
+        "anakin": {"num_envs": 4, "rollout_len": 128, "total_env_steps": 500_000},
+        "agent_config": {},
+    },
+    "minatar_ppo": {
+        "about": "PPO on gymnax's MinAtar games (default Breakout) with PureJaxRL's MinAtar settings: 64 envs x 128 "
+        "steps, 4 epochs x 8 minibatches, learning rate 5e-3, a 64-64 ReLU MLP; at 5M steps Breakout's "
+        "training return is 35.5 (seeds 0-2; gymnax-blines' PPO: 28), Asterix's 4.8 (gymnax-blines: 15)",
+        "agent": "ppo",
+        "env": "gymnax:Breakout-MinAtar",
+        "anakin": {"num_envs": 64, "rollout_len": 128, "total_env_steps": 5_000_000},
+        "agent_config": {
+            "learning_rate": 5e-3,
+            "num_epochs": 4,
+            "num_minibatches": 8,
+            "torso": "mlp",
+            "activation": "relu",
+        },
+    },
+    "minatar_impala": {
+        "about": "IMPALA/V-trace on gymnax's MinAtar games (default Breakout), the MLP of minatar_ppo, 16 envs x 32 "
+        "steps (more, smaller updates than 64 envs: one gradient step per batch), entropy bonus 0.03 (0.01 "
+        "stalls on Breakout, 0.1 on Freeway); at 5M steps training returns Breakout 13.7, Asterix 3.3, "
+        "SpaceInvaders 124, Freeway 34.7 (seeds 0-2; gymnax-blines' PPO: 28, 15, 131, 58)",
+        "agent": "impala",
+        "env": "gymnax:Breakout-MinAtar",
+        "anakin": {"num_envs": 16, "rollout_len": 32, "total_env_steps": 5_000_000},
+        "agent_config": {
+            "learning_rate": 2e-3,
+            "max_grad_norm": 40.0,
+            "entropy_coef": 0.03,
+            "torso": "mlp",
+            "activation": "relu",
+        },
+    },
+}
+DEFAULT_ANAKIN_PRESET = "cartpole_ppo"
+
+
+def _atari_impala(num_devices: int, cpu_count: int) -> dict:
+    """The paper's Sebulba V-trace setting (actor batch 32-128, unroll 20), fitted to this host."""
+    learners = max(1, num_devices - 1)
+    threads = 2 if cpu_count >= 4 else 1
+    batch = min(128, max(32, 16 * cpu_count))  # the actor batch of one inference call
+    envs_per_thread = max(learners, batch // threads // learners * learners)
+    return {
+        "sebulba": {
+            "actor_threads": threads,
+            "envs_per_thread": envs_per_thread,
+            "rollout_len": 20,
+            "total_env_steps": 2_500_000,
+        },
+        # RMSProp on the summed loss, as the paper and Cleanba's IMPALA: with Adam on the mean loss the policy
+        # stayed uniform on Pong for 10M frames (training return -20, with 1 or 4 minibatches).
+        "agent_config": {
+            "learning_rate": 6e-4,
+            "optimizer": "rmsprop",
+            "summed_loss": True,
+            "max_grad_norm": 40.0,
+            "shared_torso": True,
+            "anneal_lr": False,
+        },
+    }
+
+
+def _atari_muzero(num_devices: int, cpu_count: int) -> dict:
+    """Sebulba MuZero on Atari as the paper ran it (search on the actor cores), scaled to this host.
+
+    Small hosts (under 8 cores, e.g. a CPU-only machine) get a smaller learner
+    batch, search and replay (500 steps x 32 envs of 84x84x4 frames is ~0.45 GB
+    per learner device; 2000 is ~1.8 GB).
+    """
+    fitted = _atari_impala(num_devices, cpu_count)
+    learners = max(1, num_devices - 1)
+    small = cpu_count < 8
+    fitted["sebulba"].update(rollout_len=20, total_env_steps=50_000_000)
+    fitted["agent_config"] = {
+        "gamma": 0.997,
+        "support_max": 30.0,
+        "support_bins": 121,
+        "learning_rate": 3e-4,
+        "prioritized": True,
+        "num_simulations": 16 if small else 32,
+        "batch_size": (32 if small else 256) * learners,
+        "replay_capacity": 500 if small else 2000,
+        "replay_ratio": 0.25,
+    }
+    return fitted
+
+
+def _fixed(sebulba: dict, agent_config: dict):
+    return lambda num_devices, cpu_count: {"sebulba": sebulba, "agent_config": agent_config}
+
+
+SEBULBA_PRESETS: dict[str, dict] = {
+    "cartpole_ppo": {
+        "about": "PPO on envpool's CartPole-v1, 1 actor thread x 16 envs; at 300k steps training returns 500 / 500 / "
+        "500 and greedy evaluation 500 (seeds 0-2)",
+        "agent": "ppo",
+        "env": "CartPole-v1",
+        "fit": _fixed(
+            {"actor_threads": 1, "envs_per_thread": 16, "rollout_len": 64, "total_env_steps": 300_000},
+            {"learning_rate": 1e-3, "num_epochs": 4, "num_minibatches": 4},
+        ),
+    },
+    "cartpole_impala": {
+        "about": "IMPALA/V-trace on envpool's CartPole-v1, 1 actor thread x 16 envs, 4 gradient steps per batch; "
+        "1M steps (about 25 s on 2 CPU cores; docs/results.md)",
+        "agent": "impala",
+        "env": "CartPole-v1",
+        "fit": _fixed(
+            {"actor_threads": 1, "envs_per_thread": 16, "rollout_len": 32, "total_env_steps": 1_000_000},
+            {"learning_rate": 1e-3, "max_grad_norm": 40.0, "entropy_coef": 1e-3},
+        ),
+    },
+    "atari_impala": {
+        "about": "IMPALA/V-trace on Atari (default Breakout-v5) in the paper's setting, fitted to the host's cores; "
+        "RMSProp on the summed loss. On Pong-v5 with --num-minibatches 4 (seed 0, 2 CPU cores) it starts to "
+        "learn at about 4M frames; at 10M its training return is -1.4 (last 3 log windows) and evaluation "
+        "-4.1, still climbing (docs/results.md)",
+        "agent": "impala",
+        "env": "Breakout-v5",
+        "fit": _atari_impala,
+    },
+    "cartpole_muzero": {
+        "about": "MuZero on envpool's CartPole-v1, search on the actor device, replay sharded over the learners; "
+        "passes a return of 300 after 70-100k steps and ends at 400-500 at 250k (seeds 0-2; throughput mode, so runs vary)",
+        "agent": "muzero",
+        "env": "CartPole-v1",
+        "fit": _fixed(
+            {"actor_threads": 1, "envs_per_thread": 16, "rollout_len": 16, "total_env_steps": 250_000},
+            {
+                "num_simulations": 16,
+                "td_steps": 5,
+                "replay_capacity": 1000,
+                "batch_size": 64,
+                "replay_ratio": 2.0,
+                "learning_rate": 3e-3,
+            },
+        ),
+    },
+    "atari_muzero": {
+        "about": "MuZero on Atari (default Breakout-v5) in the paper's Sebulba style, fitted to the host; its 50M "
+        "steps are for an accelerator: no result measured yet",
+        "agent": "muzero",
+        "env": "Breakout-v5",
+        "fit": _atari_muzero,
+    },
+    "halfcheetah_ppo": {
+        "about": "PPO with a Gaussian policy on envpool's MuJoCo HalfCheetah-v4 (CleanRL's continuous settings with "
+        "16 envs x 64 steps, 10 epochs x 16 minibatches, no entropy bonus, initial log-std -0.5; "
+        "observations normalised, rewards x 0.1; reproducible sync); at 1M steps training returns 3974 / 3743 / "
+        "3134 (seeds 0-2; CleanRL's PPO: about 1500-1900)",
+        "agent": "ppo",
+        "env": "HalfCheetah-v4",
+        "fit": _fixed(
+            {
+                "actor_threads": 1,
+                "envs_per_thread": 16,
+                "env_batches": 1,
+                "rollout_len": 64,
+                "total_env_steps": 1_000_000,
+                "sync": "reproducible",
+            },
+            {
+                "learning_rate": 3e-4,
+                "entropy_coef": 0.0,
+                "num_epochs": 10,
+                "num_minibatches": 16,
+                "log_std_init": -0.5,
+                "normalize_observations": True,
+                "reward_scale": 0.1,
+            },
+        ),
+    },
+    "breakout_ppo": {
+        "about": "PPO on Breakout-v5 as Cleanba's benchmark runs it: 16 envs x 32 steps, 1 actor thread; on "
+        "Pong-v5 (seed 0) at 10M frames greedy evaluation +20 and training return +8.1 (Cleanba's PPO "
+        "passes +18 in training); Breakout not measured (10M frames take about 2.5-3 hours on 2 CPU cores)",
+        "agent": "ppo",
+        "env": "Breakout-v5",
+        "fit": _fixed(
+            {"actor_threads": 1, "envs_per_thread": 16, "rollout_len": 32, "total_env_steps": 10_000_000},
+            {"learning_rate": 2.5e-4, "clip_eps": 0.1, "shared_torso": True},
+        ),
+    },
+}
+DEFAULT_SEBULBA_PRESET = "cartpole_ppo"
