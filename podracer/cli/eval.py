@@ -28,12 +28,12 @@ class EvalError(ValueError):
 
 
 def _saved_config(run_dir: str) -> dict:
-    from podracer.runlog import read_run_config
+    from podracer.runlog import CONFIG_FILE, read_run_config
 
     try:
         saved = read_run_config(run_dir)
-    except FileNotFoundError as error:
-        raise EvalError(f"{run_dir}: {error}, so no podracer run to evaluate") from None
+    except FileNotFoundError:
+        raise EvalError(f"{run_dir}: no {CONFIG_FILE} there, so no podracer run to evaluate") from None
     if saved.get("processes", 1) > 1:
         raise EvalError(f"{run_dir} ran as {saved['processes']} processes; podracer eval reads single-process runs")
     return saved
