@@ -6,6 +6,8 @@ import pytest
 
 from experiments import bench_process
 
+pytestmark = pytest.mark.lab  # tests of experiments/, the lab tools
+
 
 def test_a_report_replaces_its_own_section_and_keeps_the_others(tmp_path, capsys):
     out = tmp_path / "benchmarks.md"

@@ -7,6 +7,8 @@ import pytest
 
 from experiments import peer_cleanba
 
+pytestmark = pytest.mark.lab  # tests of experiments/, the lab tools
+
 
 def _fake_checkout(root, drop: str | None = None):
     """A checkout whose scripts hold exactly the text every patch expects (minus the patch ``drop``)."""

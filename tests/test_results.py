@@ -11,6 +11,8 @@ from experiments.peer_purejaxrl import window_means
 from experiments.suites import SUITES, Entry, Reference, Suite
 from podracer.cli.presets import ANAKIN_PRESETS, SEBULBA_PRESETS
 
+pytestmark = pytest.mark.lab  # tests of experiments/, the lab tools
+
 
 def test_every_suite_entry_names_a_preset_of_its_agent():
     presets = {"anakin": ANAKIN_PRESETS, "sebulba": SEBULBA_PRESETS}
