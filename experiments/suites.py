@@ -79,6 +79,11 @@ class Suite:
 
 
 GYMNAX_BLINES = "gymnax README, gymnax-blines PPO"
+# IMPALA's own family on MinAtar: the MinAtar paper's actor-critic, read off its figure at 5M frames
+MINATAR_AC_LAMBDA = (
+    "MinAtar paper's AC(lambda) at 5M frames, read off its curves; its MinAtar has sticky actions (p 0.1), "
+    "6 actions and no 1000-step cut, unlike gymnax's"
+)
 CLEANBA_IMPALA_PONG = Reference(16, "Cleanba's IMPALA at 10M frames, read off its README's figure")
 SEBULBA_CPU = ("--cpu-devices", "2")  # on a CPU host: one actor device and one learner device (ignored on accelerators)
 
@@ -150,10 +155,15 @@ SUITES: dict[str, Suite] = {
                 agent,
                 f"gymnax:{game}-MinAtar",
                 5_000_000,
-                reference=Reference(reference, GYMNAX_BLINES),
+                reference=Reference(ppo, GYMNAX_BLINES) if agent == "ppo" else Reference(ac, MINATAR_AC_LAMBDA),
                 purejaxrl=agent == "ppo",
             )
-            for game, reference in (("Breakout", 28), ("Asterix", 15), ("SpaceInvaders", 131), ("Freeway", 58))
+            for game, ppo, ac in (
+                ("Breakout", 28, 17.5),
+                ("Asterix", 15, 19),
+                ("SpaceInvaders", 131, 185),
+                ("Freeway", 58, 47),
+            )
             for agent in ("ppo", "impala")
         ),
     ),

@@ -8,40 +8,37 @@ from __future__ import annotations
 
 ANAKIN_PRESETS: dict[str, dict] = {
     "cartpole_ppo": {
-        "about": "PPO on CartPole-v1 with PureJaxRL's settings (4 envs x 128 steps, 4 epochs x 4 minibatches); "
-        "at 500k steps 500 in training and greedy evaluation (seeds 0-2)",
+        "about": "PPO on CartPole-v1 with PureJaxRL's settings (4 envs x 128 steps, 4 epochs x 4 minibatches), 500k "
+        "steps (docs/results.md)",
         "agent": "ppo",
         "env": "cartpole",
         "anakin": {"num_envs": 4, "rollout_len": 128, "total_env_steps": 500_000},
         "agent_config": {},
     },
     "cartpole_ppo_wide": {
-        "about": "PPO on CartPole-v1 with 64 envs, the batch that fills a device better; at 5M steps training "
-        "returns 500 / 499 / 500 and greedy evaluation 500 (seeds 0-2)",
+        "about": "PPO on CartPole-v1 with 64 envs, the batch that fills a device better, 5M steps (PureJaxRL's "
+        "64-env comparison in docs/benchmarks.md)",
         "agent": "ppo",
         "env": "cartpole",
         "anakin": {"num_envs": 64, "rollout_len": 128, "total_env_steps": 5_000_000},
         "agent_config": {},
     },
     "catch_ppo": {
-        "about": "PPO on the paper's Catch (10x5), as in DeepMind's Anakin colab; training return 0.991-1.0 and "
-        "greedy evaluation 1.0 at 200k steps (seeds 0-2)",
+        "about": "PPO on the paper's Catch (10x5), as in DeepMind's Anakin colab, 200k steps (docs/results.md)",
         "agent": "ppo",
         "env": "catch",
         "anakin": {"num_envs": 64, "rollout_len": 16, "total_env_steps": 200_000},
         "agent_config": {"learning_rate": 1e-3, "num_epochs": 2, "num_minibatches": 2},
     },
     "catch_impala": {
-        "about": "IMPALA/V-trace on Catch; training return 0.985-0.994 and greedy evaluation 1.0 at 300k steps "
-        "(seeds 0-2)",
+        "about": "IMPALA/V-trace on Catch, 64 envs x 16 steps, 300k steps (docs/results.md)",
         "agent": "impala",
         "env": "catch",
         "anakin": {"num_envs": 64, "rollout_len": 16, "total_env_steps": 300_000},
         "agent_config": {"learning_rate": 3e-3},
     },
     "catch_muzero": {
-        "about": "MuZero (Gumbel search, 8 simulations) on Catch, replay on the device; its training return "
-        "(search exploration included) passes 0.9 after 90-120k steps and ends at 0.95-0.99 (seeds 0-2, one device)",
+        "about": "MuZero (Gumbel search, 8 simulations) on Catch, replay on the device, 200k steps (docs/results.md)",
         "agent": "muzero",
         "env": "catch",
         "anakin": {"num_envs": 16, "rollout_len": 16, "total_env_steps": 200_000},
@@ -59,8 +56,7 @@ ANAKIN_PRESETS: dict[str, dict] = {
         },
     },
     "cartpole_muzero": {
-        "about": "MuZero (Gumbel search, 16 simulations) on CartPole-v1; at 200k steps training returns 500 / 500 / "
-        "414 and evaluation 495 / 500 / 316 (seeds 0-2)",
+        "about": "MuZero (Gumbel search, 16 simulations) on CartPole-v1, replay on the device, 200k steps",
         "agent": "muzero",
         "env": "cartpole",
         "anakin": {"num_envs": 16, "rollout_len": 16, "total_env_steps": 200_000},
@@ -75,8 +71,7 @@ ANAKIN_PRESETS: dict[str, dict] = {
     },
     "pendulum_ppo": {
         "about": "PPO with a Gaussian policy on gymnax's Pendulum-v1 (CleanRL's continuous settings: 10 epochs x 32 "
-        "minibatches, no entropy bonus; observations normalised, rewards x 0.1); at 1M steps training return "
-        "-163 and greedy evaluation -195 (seeds 0-2; gymnax-blines' PPO: -130)",
+        "minibatches, no entropy bonus; observations normalised, rewards x 0.1), 1M steps (docs/results.md)",
         "agent": "ppo",
         "env": "gymnax:Pendulum-v1",
         "anakin": {"num_envs": 16, "rollout_len": 128, "total_env_steps": 1_000_000},
@@ -91,8 +86,8 @@ ANAKIN_PRESETS: dict[str, dict] = {
     },
     "inverted_pendulum_ppo": {
         "about": "PPO with a Gaussian policy on Brax's inverted_pendulum (needs the brax extra); the settings of "
-        "benchmark_brax.py: 64 envs x 16 steps, 4 epochs x 4 minibatches, observations normalised; at 600k "
-        "steps training returns 1000 / 960 / 1000 of 1000 (seeds 0-2), each passing 800 by 201k",
+        "benchmark_brax.py: 64 envs x 16 steps, 4 epochs x 4 minibatches, observations normalised; 600k "
+        "steps (its learning test: tests/test_learning.py)",
         "agent": "ppo",
         "env": "brax:inverted_pendulum",
         "anakin": {"num_envs": 64, "rollout_len": 16, "total_env_steps": 600_000},
@@ -107,8 +102,8 @@ ANAKIN_PRESETS: dict[str, dict] = {
         },
     },
     "acrobot_ppo": {
-        "about": "PPO on gymnax's Acrobot-v1 with PureJaxRL's CartPole settings (4 envs x 128 steps); at 500k steps "
-        "its training return is -84 and its greedy evaluation -79 (seeds 0-2; gymnax-blines' PPO: -80)",
+        "about": "PPO on gymnax's Acrobot-v1 with PureJaxRL's CartPole settings (4 envs x 128 steps), 500k steps "
+        "(docs/results.md)",
         "agent": "ppo",
         "env": "gymnax:Acrobot-v1",
         "anakin": {"num_envs": 4, "rollout_len": 128, "total_env_steps": 500_000},
@@ -116,8 +111,7 @@ ANAKIN_PRESETS: dict[str, dict] = {
     },
     "minatar_ppo": {
         "about": "PPO on gymnax's MinAtar games (default Breakout) with PureJaxRL's MinAtar settings: 64 envs x 128 "
-        "steps, 4 epochs x 8 minibatches, learning rate 5e-3, a 64-64 ReLU MLP; at 5M steps Breakout's "
-        "training return is 35.5 (seeds 0-2; gymnax-blines' PPO: 28), Asterix's 4.8 (gymnax-blines: 15)",
+        "steps, 4 epochs x 8 minibatches, learning rate 5e-3, a 64-64 ReLU MLP; 5M steps (docs/results.md)",
         "agent": "ppo",
         "env": "gymnax:Breakout-MinAtar",
         "anakin": {"num_envs": 64, "rollout_len": 128, "total_env_steps": 5_000_000},
@@ -131,9 +125,8 @@ ANAKIN_PRESETS: dict[str, dict] = {
     },
     "minatar_impala": {
         "about": "IMPALA/V-trace on gymnax's MinAtar games (default Breakout), the MLP of minatar_ppo, 16 envs x 32 "
-        "steps (more, smaller updates than 64 envs: one gradient step per batch), entropy bonus 0.03 (0.01 "
-        "stalls on Breakout, 0.1 on Freeway); at 5M steps training returns Breakout 13.7, Asterix 3.3, "
-        "SpaceInvaders 124, Freeway 34.7 (seeds 0-2; gymnax-blines' PPO: 28, 15, 131, 58)",
+        "steps (more, smaller updates than 64 envs), entropy bonus 0.03 (0.01 collapsed Breakout's policy); 5M "
+        "steps (docs/results.md, beside the MinAtar paper's actor-critic)",
         "agent": "impala",
         "env": "gymnax:Breakout-MinAtar",
         "anakin": {"num_envs": 16, "rollout_len": 32, "total_env_steps": 5_000_000},
@@ -206,8 +199,7 @@ def _fixed(sebulba: dict, agent_config: dict):
 
 SEBULBA_PRESETS: dict[str, dict] = {
     "cartpole_ppo": {
-        "about": "PPO on envpool's CartPole-v1, 1 actor thread x 16 envs; at 300k steps training returns 500 / 500 / "
-        "500 and greedy evaluation 500 (seeds 0-2)",
+        "about": "PPO on envpool's CartPole-v1, 1 actor thread x 16 envs, 300k steps (docs/results.md)",
         "agent": "ppo",
         "env": "CartPole-v1",
         "fit": _fixed(
@@ -217,7 +209,7 @@ SEBULBA_PRESETS: dict[str, dict] = {
     },
     "cartpole_impala": {
         "about": "IMPALA/V-trace on envpool's CartPole-v1, 1 actor thread x 16 envs, 4 gradient steps per batch; "
-        "1M steps (about 25 s on 2 CPU cores; docs/results.md)",
+        "1M steps (docs/results.md)",
         "agent": "impala",
         "env": "CartPole-v1",
         "fit": _fixed(
@@ -227,16 +219,14 @@ SEBULBA_PRESETS: dict[str, dict] = {
     },
     "atari_impala": {
         "about": "IMPALA/V-trace on Atari (default Breakout-v5) in the paper's setting, fitted to the host's cores; "
-        "RMSProp on the summed loss. On Pong-v5 with --num-minibatches 4 (seed 0, 2 CPU cores) it starts to "
-        "learn at about 4M frames; at 10M its training return is -1.4 (last 3 log windows) and evaluation "
-        "-4.1, still climbing (docs/results.md)",
+        "RMSProp on the summed loss (Pong-v5 in docs/results.md)",
         "agent": "impala",
         "env": "Breakout-v5",
         "fit": _atari_impala,
     },
     "cartpole_muzero": {
-        "about": "MuZero on envpool's CartPole-v1, search on the actor device, replay sharded over the learners; "
-        "passes a return of 300 after 70-100k steps and ends at 400-500 at 250k (seeds 0-2; throughput mode, so runs vary)",
+        "about": "MuZero on envpool's CartPole-v1, search on the actor device, replay sharded over the learners, 250k "
+        "steps (docs/results.md)",
         "agent": "muzero",
         "env": "CartPole-v1",
         "fit": _fixed(
@@ -261,8 +251,8 @@ SEBULBA_PRESETS: dict[str, dict] = {
     "halfcheetah_ppo": {
         "about": "PPO with a Gaussian policy on envpool's MuJoCo HalfCheetah-v4 (CleanRL's continuous settings with "
         "16 envs x 64 steps, 10 epochs x 16 minibatches, no entropy bonus, initial log-std -0.5; "
-        "observations normalised, rewards x 0.1; reproducible sync); at 1M steps training returns 3974 / 3743 / "
-        "3134 (seeds 0-2; CleanRL's PPO: about 1500-1900)",
+        "observations normalised, rewards x 0.1; reproducible sync), 1M steps (its learning test: "
+        "tests/test_sebulba.py)",
         "agent": "ppo",
         "env": "HalfCheetah-v4",
         "fit": _fixed(
@@ -286,9 +276,8 @@ SEBULBA_PRESETS: dict[str, dict] = {
         ),
     },
     "breakout_ppo": {
-        "about": "PPO on Breakout-v5 as Cleanba's benchmark runs it: 16 envs x 32 steps, 1 actor thread; on "
-        "Pong-v5 (seed 0) at 10M frames greedy evaluation +20 and training return +8.1 (Cleanba's PPO "
-        "passes +18 in training); Breakout not measured (10M frames take about 2.5-3 hours on 2 CPU cores)",
+        "about": "PPO on Breakout-v5 as Cleanba's benchmark runs it: 16 envs x 32 steps, 1 actor thread, 10M steps "
+        "(Pong-v5 in docs/results.md)",
         "agent": "ppo",
         "env": "Breakout-v5",
         "fit": _fixed(
