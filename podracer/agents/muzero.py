@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 import chex
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import mctx
@@ -211,61 +212,61 @@ def muzero_loss(
     return total, {"policy_loss": means[0], "value_loss": means[1], "reward_loss": means[2]}
 
 
-def make_muzero(config: MuZeroConfig, spec: EnvSpec, shape: BatchShape = BatchShape()) -> MuZeroAgent:
-    """A MuZero :class:`Agent`; ``shape`` must give ``rollout_len`` and ``envs_per_replica`` (the replay's shape)."""
-    _check(config)
+class Model(NamedTuple):
+    """The learned model (representation, dynamics, prediction) as the search and the loss call it."""
+
+    network: nn.Module
+    tx: rlax.TxPair  # scalar <-> categorical value and reward
+    gamma: float
+
+    def apply(self, params, method, *args):
+        return self.network.apply(params, *args, method=method)
+
+    def root(self, params, obs) -> mctx.RootFnOutput:
+        """The search's root from observations ``[B, ...]``."""
+        state = self.apply(params, self.network.represent, obs)
+        logits, value = self.apply(params, self.network.predict, state)
+        return mctx.RootFnOutput(prior_logits=logits, value=self.tx.apply_inv(jax.nn.softmax(value)), embedding=state)
+
+    def recurrent(self, params, key, action, state) -> tuple[mctx.RecurrentFnOutput, jax.Array]:
+        """One step of the model from hidden states ``[B, ...]`` and actions ``[B]``."""
+        state, reward = self.apply(params, self.network.dynamics, state, action)
+        logits, value = self.apply(params, self.network.predict, state)
+        out = mctx.RecurrentFnOutput(
+            reward=self.tx.apply_inv(jax.nn.softmax(reward)),
+            discount=jnp.full(action.shape, self.gamma),
+            prior_logits=logits,
+            value=self.tx.apply_inv(jax.nn.softmax(value)),
+        )
+        return out, state
+
+
+def make_network(config: MuZeroConfig, spec: EnvSpec) -> nn.Module:
+    """MuZero's MLP for vector observations, its ResNet for images (``--torso``)."""
     if not spec.discrete:
         raise ValueError(
             f"MuZero searches over a discrete action set; this environment's actions are continuous "
             f"({spec.actions.shape[0]}-dimensional): use --agent ppo or impala"
         )
-    if shape.rollout_len is None or shape.envs_per_replica is None:
-        raise ValueError("MuZero needs the batch shape (rollout_len, envs_per_replica) to size its replay")
-    obs_shape = spec.observation.shape
     torso = config.torso if config.torso != "auto" else ("resnet" if spec.images else "mlp")
     if torso == "mlp":
-        network = MuZeroMLP(spec.num_actions, config.support_bins, config.embedding_size, tuple(config.hidden_sizes))
-    elif torso == "resnet":
-        network = MuZeroResNet(spec.num_actions, config.support_bins, tuple(config.resnet_channels))
-    else:
-        raise ValueError(f"--torso must be mlp, resnet or auto for MuZero, got {config.torso!r}")
-    tx = value_transform(config)
-    optimizer = optax.chain(
-        optax.clip_by_global_norm(config.max_grad_norm),
-        optax.adamw(config.learning_rate, weight_decay=config.weight_decay),
-    )
-    k, n = config.unroll_steps, config.td_steps
-    window = k + n + 1
-    min_steps = max(config.min_replay_steps, window)
-    num_actions = spec.num_actions
+        return MuZeroMLP(spec.num_actions, config.support_bins, config.embedding_size, tuple(config.hidden_sizes))
+    if torso == "resnet":
+        return MuZeroResNet(spec.num_actions, config.support_bins, tuple(config.resnet_channels))
+    raise ValueError(f"--torso must be mlp, resnet or auto for MuZero, got {config.torso!r}")
 
-    def apply(params, method, *args):
-        return network.apply(params, *args, method=method)
 
-    def root(params, obs) -> mctx.RootFnOutput:
-        state = apply(params, network.represent, obs)
-        logits, value = apply(params, network.predict, state)
-        return mctx.RootFnOutput(prior_logits=logits, value=tx.apply_inv(jax.nn.softmax(value)), embedding=state)
-
-    def recurrent(params, key, action, state):
-        state, reward = apply(params, network.dynamics, state, action)
-        logits, value = apply(params, network.predict, state)
-        out = mctx.RecurrentFnOutput(
-            reward=tx.apply_inv(jax.nn.softmax(reward)),
-            discount=jnp.full(action.shape, config.gamma),
-            prior_logits=logits,
-            value=tx.apply_inv(jax.nn.softmax(value)),
-        )
-        return out, state
+def make_search(config: MuZeroConfig, model: Model) -> Callable[..., mctx.PolicyOutput]:
+    """``search(params, obs [B, ...], key, invalid_actions [B, A] | None)``: ``--search`` over the model;
+    invalid actions are never chosen."""
 
     def search(params, obs, key, invalid_actions=None) -> mctx.PolicyOutput:
-        """The search from every observation ``[B, ...]``; ``invalid_actions [B, A]`` (bool) are never chosen."""
         if config.search == "gumbel":
             return mctx.gumbel_muzero_policy(
                 params,
                 key,
-                root(params, obs),
-                recurrent,
+                model.root(params, obs),
+                model.recurrent,
                 config.num_simulations,
                 invalid_actions,
                 max_num_considered_actions=config.max_considered_actions,
@@ -273,8 +274,8 @@ def make_muzero(config: MuZeroConfig, spec: EnvSpec, shape: BatchShape = BatchSh
         return mctx.muzero_policy(
             params,
             key,
-            root(params, obs),
-            recurrent,
+            model.root(params, obs),
+            model.recurrent,
             config.num_simulations,
             invalid_actions,
             dirichlet_fraction=config.dirichlet_fraction,
@@ -282,38 +283,51 @@ def make_muzero(config: MuZeroConfig, spec: EnvSpec, shape: BatchShape = BatchSh
             temperature=config.temperature,
         )
 
-    def act(params, obs, key):
-        """Acts by search; extras: ``search_policy [B, A]`` (the action weights), ``search_value [B]``."""
-        out = search(params, obs, key)
-        extras = {"search_policy": out.action_weights, "search_value": out.search_tree.summary().value}
-        return out.action.astype(jnp.int32), extras
+    return search
 
-    def example_trajectory() -> Trajectory:
-        t, b = shape.rollout_len, shape.envs_per_replica
-        obs = jax.ShapeDtypeStruct((t + 1, b, *obs_shape), spec.observation.dtype)
-        step = jax.ShapeDtypeStruct((t, b), jnp.float32)
-        return Trajectory(
-            obs,
-            jax.ShapeDtypeStruct((t, b), jnp.int32),
-            step,
-            step,
-            jax.ShapeDtypeStruct((t, b), jnp.bool_),
-            {"search_policy": jax.ShapeDtypeStruct((t, b, num_actions), jnp.float32), "search_value": step},
-        )
 
-    def init(key) -> MuZeroState:
-        dummy = jnp.zeros((1, *obs_shape), spec.observation.dtype)
-        params = network.init(key, dummy, jnp.zeros((1,), jnp.int32))
-        replay = replay_init(example_trajectory(), config.replay_capacity)
-        zero = jnp.int32(0)
-        return MuZeroState(params, params, optimizer.init(params), replay, zero, zero)
+def example_trajectory(spec: EnvSpec, shape: BatchShape) -> Trajectory:
+    """The shapes of one replica's trajectory ``[T(+1), B, ...]``, with MuZero's extras (to size the replay)."""
+    t, b = shape.rollout_len, shape.envs_per_replica
+    obs = jax.ShapeDtypeStruct((t + 1, b, *spec.observation.shape), spec.observation.dtype)
+    step = jax.ShapeDtypeStruct((t, b), jnp.float32)
+    return Trajectory(
+        obs,
+        jax.ShapeDtypeStruct((t, b), jnp.int32),
+        step,
+        step,
+        jax.ShapeDtypeStruct((t, b), jnp.bool_),
+        {"search_policy": jax.ShapeDtypeStruct((t, b, spec.num_actions), jnp.float32), "search_value": step},
+    )
+
+
+def unroll(config: MuZeroConfig, model: Model, params, sample) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """The model unrolled ``K`` steps from each window's first observation along its actions: policy and value
+    logits ``[b, K + 1, ...]``, reward logits ``[b, K, ...]``."""
+    network, k = model.network, config.unroll_steps
+    state = model.apply(params, network.represent, jax.tree.map(lambda x: x[:, 0], sample.obs))
+    policy_logits, value_logits, reward_logits = [], [], []
+    for step in range(k + 1):
+        logits, value = model.apply(params, network.predict, state)
+        policy_logits.append(logits)
+        value_logits.append(value)
+        if step < k:
+            hidden = _scale_gradient(state, config.hidden_gradient_scale)
+            state, reward = model.apply(params, network.dynamics, hidden, sample.action[:, step])
+            reward_logits.append(reward)
+    return jnp.stack(policy_logits, 1), jnp.stack(value_logits, 1), jnp.stack(reward_logits, 1)
+
+
+def make_loss(config: MuZeroConfig, model: Model, num_actions: int) -> Callable:
+    """``loss(params, target_params, sample) -> (total, (new priorities [b], metrics))``: this replica's loss over
+    ``[b]`` sampled windows of ``K + n + 1`` steps."""
+    k, n = config.unroll_steps, config.td_steps
+    window = k + n + 1
 
     def loss(params, target_params, sample):
-        """This replica's loss over ``[b]`` windows; also returns new priorities and metrics."""
         batch = sample.action.shape[0]
         flat_obs = jax.tree.map(lambda x: x.reshape((-1, *x.shape[2:])), sample.obs)
-        target_root = root(target_params, flat_obs)
-        bootstrap = jax.lax.stop_gradient(target_root.value.reshape(batch, window))
+        bootstrap = jax.lax.stop_gradient(model.root(target_params, flat_obs).value.reshape(batch, window))
         value_target = n_step_targets(
             sample.reward[:, :-1], sample.discount[:, :-1], sample.valid, bootstrap, config.gamma, n
         )  # [b, K + 1]
@@ -323,45 +337,49 @@ def make_muzero(config: MuZeroConfig, spec: EnvSpec, shape: BatchShape = BatchSh
         uniform = jnp.full((num_actions,), 1.0 / num_actions)
         policy_target = jnp.where(alive[..., None] > 0, sample.extras["search_policy"][:, : k + 1], uniform)
 
-        state = apply(params, network.represent, jax.tree.map(lambda x: x[:, 0], sample.obs))
-        policy_logits, value_logits, reward_logits = [], [], []
-        for step in range(k + 1):
-            logits, value = apply(params, network.predict, state)
-            policy_logits.append(logits)
-            value_logits.append(value)
-            if step < k:
-                state, reward = apply(
-                    params,
-                    network.dynamics,
-                    _scale_gradient(state, config.hidden_gradient_scale),
-                    sample.action[:, step],
-                )
-                reward_logits.append(reward)
-        policy_logits, value_logits = jnp.stack(policy_logits, 1), jnp.stack(value_logits, 1)
-        reward_logits = jnp.stack(reward_logits, 1)
-
+        policy_logits, value_logits, reward_logits = unroll(config, model, params, sample)
         targets = UnrollTargets(policy_target, value_target, reward_target, inside, sample.weight)
         total, metrics = muzero_loss(
-            policy_logits, value_logits, reward_logits, targets, tx, config.value_coef, config.reward_coef
+            policy_logits, value_logits, reward_logits, targets, model.tx, config.value_coef, config.reward_coef
         )
-        predicted = tx.apply_inv(jax.nn.softmax(value_logits[:, 0]))
+        predicted = model.tx.apply_inv(jax.nn.softmax(value_logits[:, 0]))
         metrics["value_target"] = jnp.mean(value_target[:, 0])
         return total, (jax.lax.stop_gradient(jnp.abs(predicted - value_target[:, 0])), metrics)
 
+    return loss
+
+
+def _gradient_steps(config: MuZeroConfig, traj: Trajectory) -> tuple[int, int]:
+    """``(gradient steps this call, windows each replica samples per step)``: ``--replay-ratio`` windows per new
+    step over every replica, ``--batch-size`` windows per gradient step split over the replicas."""
+    replicas = replica_count()
+    if config.batch_size % replicas:
+        raise ValueError(
+            f"MuZero: --batch-size {config.batch_size} does not split evenly over {replicas} replicas; "
+            f"use a multiple of {replicas}"
+        )
+    new_steps = traj.action.shape[0] * traj.action.shape[1] * replicas
+    return max(1, round(config.replay_ratio * new_steps / config.batch_size)), config.batch_size // replicas
+
+
+def make_learn(config: MuZeroConfig, loss: Callable, optimizer: optax.GradientTransformation) -> Callable:
+    """``learn(state, traj, key)``: adds ``traj`` to this replica's replay, then takes gradient steps on sampled
+    windows once the replay holds ``--min-replay-steps`` (at least one window); until then the state is kept."""
+    window = config.unroll_steps + config.td_steps + 1
+    min_steps = max(config.min_replay_steps, window)
+    alpha = config.priority_alpha if config.prioritized else 0.0
+
+    def follow(new_params, target, steps):
+        if config.target_update == "ema":
+            return optax.incremental_update(new_params, target, config.target_ema)
+        return jax.tree.map(lambda p, t: jnp.where(steps % config.target_period == 0, p, t), new_params, target)
+
     def learn(state: MuZeroState, traj: Trajectory, key):
-        replicas = replica_count()
-        if config.batch_size % replicas:
-            raise ValueError(
-                f"MuZero: --batch-size {config.batch_size} does not split evenly over {replicas} replicas; "
-                f"use a multiple of {replicas}"
-            )
-        per_replica = config.batch_size // replicas
-        new_steps = traj.action.shape[0] * traj.action.shape[1] * replicas
-        gradient_steps = max(1, round(config.replay_ratio * new_steps / config.batch_size))
+        gradient_steps, per_replica = _gradient_steps(config, traj)
         replay = replay_add(state.replay, traj)
         ready = can_sample(replay, window, min_steps)
         key = jax.random.fold_in(key, replica_index())  # each replica samples its own shard
-        alpha = config.priority_alpha if config.prioritized else 0.0
+        keep = lambda new, old: jax.tree.map(lambda a, b: jnp.where(ready, a, b), new, old)  # noqa: E731
 
         def sgd_step(carry, key):
             params, target, opt_state, replay, steps = carry
@@ -370,23 +388,11 @@ def make_muzero(config: MuZeroConfig, spec: EnvSpec, shape: BatchShape = BatchSh
             grads = mean_over_replicas(grads)
             updates, new_opt = optimizer.update(grads, opt_state, params)
             new_params = optax.apply_updates(params, updates)
-            steps = steps + 1
-            if config.target_update == "ema":
-                new_target = optax.incremental_update(new_params, target, config.target_ema)
-            else:
-                new_target = jax.tree.map(
-                    lambda p, t: jnp.where(steps % config.target_period == 0, p, t), new_params, target
-                )
+            new_target = follow(new_params, target, steps + 1)
             if config.prioritized:
                 replay = update_priorities(replay, sample, priority)
-            keep = lambda new, old: jax.tree.map(lambda a, b: jnp.where(ready, a, b), new, old)  # noqa: E731
-            carry = (
-                keep(new_params, params),
-                keep(new_target, target),
-                keep(new_opt, opt_state),
-                replay,
-                jnp.where(ready, steps, steps - 1),
-            )
+            steps = jnp.where(ready, steps + 1, steps)
+            carry = (keep(new_params, params), keep(new_target, target), keep(new_opt, opt_state), replay, steps)
             return carry, {**metrics, "loss": total, "grad_norm": optax.tree.norm(grads)}
 
         carry = (state.params, state.target_params, state.opt_state, replay, state.steps)
@@ -397,9 +403,39 @@ def make_muzero(config: MuZeroConfig, spec: EnvSpec, shape: BatchShape = BatchSh
         metrics["replay_ready"] = ready.astype(jnp.float32)
         return MuZeroState(params, target, opt_state, replay, state.update + 1, steps), metrics
 
+    return learn
+
+
+def make_muzero(config: MuZeroConfig, spec: EnvSpec, shape: BatchShape = BatchShape()) -> MuZeroAgent:
+    """A MuZero :class:`Agent`; ``shape`` must give ``rollout_len`` and ``envs_per_replica`` (the replay's shape)."""
+    _check(config)
+    network = make_network(config, spec)
+    if shape.rollout_len is None or shape.envs_per_replica is None:
+        raise ValueError("MuZero needs the batch shape (rollout_len, envs_per_replica) to size its replay")
+    model = Model(network, value_transform(config), config.gamma)
+    optimizer = optax.chain(
+        optax.clip_by_global_norm(config.max_grad_norm),
+        optax.adamw(config.learning_rate, weight_decay=config.weight_decay),
+    )
+    search = make_search(config, model)
+
+    def act(params, obs, key):
+        """Acts by search; extras: ``search_policy [B, A]`` (the action weights), ``search_value [B]``."""
+        out = search(params, obs, key)
+        extras = {"search_policy": out.action_weights, "search_value": out.search_tree.summary().value}
+        return out.action.astype(jnp.int32), extras
+
+    def init(key) -> MuZeroState:
+        dummy = jnp.zeros((1, *spec.observation.shape), spec.observation.dtype)
+        params = network.init(key, dummy, jnp.zeros((1,), jnp.int32))
+        replay = replay_init(example_trajectory(spec, shape), config.replay_capacity)
+        zero = jnp.int32(0)
+        return MuZeroState(params, params, optimizer.init(params), replay, zero, zero)
+
     def act_greedy(params, obs, key):
         """The action the search weighs most (its improved policy's mode)."""
         return jnp.argmax(search(params, obs, key).action_weights, axis=-1).astype(jnp.int32)
 
+    learn = make_learn(config, make_loss(config, model, spec.num_actions), optimizer)
     agent = Agent(init=init, actor_params=lambda state: state.params, act=act, learn=learn, act_greedy=act_greedy)
     return MuZeroAgent(*agent, search=search)
