@@ -12,38 +12,101 @@ import argparse
 import copy
 import dataclasses
 import math
+import types
 import typing
 from typing import Any, TypeVar
 
 T = TypeVar("T")
 
 
-def knob(default: Any, help: str, *, minimum: float | None = None, choices: tuple[str, ...] | None = None) -> Any:
-    """A dataclass field with a default, the help text its flag shows, and its bounds (see :func:`check_knobs`)."""
+INT32_MAX = 2**31 - 1  # the default bound of an integer knob: counts, sizes and seeds become int32 on the device
+STEP_COUNT_MAX = 2**53  # for knobs counted in env steps, which stay Python integers
+
+
+def knob(
+    default: Any,
+    help: str,
+    *,
+    minimum: float | None = None,
+    maximum: float | None = None,
+    choices: tuple[str, ...] | None = None,
+) -> Any:
+    """A dataclass field with a default, the help text its flag shows, and its bounds (see :func:`check_knobs`);
+    an integer knob's ``maximum`` is :data:`INT32_MAX` unless given."""
     if isinstance(default, (list, dict)):
         raise TypeError("knob defaults must be immutable; use a tuple")
-    return dataclasses.field(default=default, metadata={"help": help, "minimum": minimum, "choices": choices})
+    metadata = {"help": help, "minimum": minimum, "maximum": maximum, "choices": choices}
+    return dataclasses.field(default=default, metadata=metadata)
 
 
 def check_knobs(config: Any) -> None:
     """Raises ValueError, naming the flag, for the first field of dataclass ``config`` out of bounds.
 
-    Every float must be finite; a field with a ``minimum`` must reach it; sizes
-    in a tuple (layer widths, channels) must be at least 1; a field with
-    ``choices`` must be one of them. Called where a config is consumed, so bad
-    input is refused before anything compiles, from the command line or a notebook.
+    Every float must be finite; a field with a ``minimum`` must reach it and
+    one with a ``maximum`` stay within it (an integer: :data:`INT32_MAX` by
+    default); sizes in a tuple (layer widths, channels) must be between 1 and
+    that; a field with ``choices`` must be one of them. Called where a config is
+    consumed, so bad input is refused before anything compiles, from the command
+    line or a notebook.
     """
     for field in dataclasses.fields(config):
         value, flag = getattr(config, field.name), flag_name(field.name)
         if isinstance(value, float) and not math.isfinite(value):
             raise ValueError(f"{flag} must be a finite number, got {value}")
-        minimum, choices = field.metadata.get("minimum"), field.metadata.get("choices")
+        minimum, maximum, choices = (field.metadata.get(key) for key in ("minimum", "maximum", "choices"))
+        if maximum is None and isinstance(value, int) and not isinstance(value, bool):
+            maximum = INT32_MAX
         if minimum is not None and value < minimum:
             raise ValueError(f"{flag} must be at least {minimum}, got {value}")
-        if isinstance(value, tuple) and not all(isinstance(v, int) and v >= 1 for v in value):
+        if maximum is not None and value > maximum:
+            raise ValueError(f"{flag} must be at most {maximum}, got {value}")
+        if isinstance(value, tuple) and not all(isinstance(v, int) and 1 <= v <= INT32_MAX for v in value):
             raise ValueError(f"{flag} takes sizes of at least 1, got {' '.join(map(str, value)) or 'none'}")
         if choices is not None and value not in choices:
             raise ValueError(f"{flag} must be one of {choices}, got {value!r}")
+
+
+def config_from_saved(cls: type[T], values: Any, where: str) -> T:
+    """Dataclass ``cls`` from saved JSON ``values`` (a group of ``config.json``) with the command line's checks.
+
+    A missing key takes its default (a run saved before a knob existed); an unknown key, a value of the wrong
+    type or one out of bounds raises ValueError naming ``where`` and the key.
+    """
+    if not isinstance(values, dict):
+        raise ValueError(f"{where} must be an object of settings, got {type(values).__name__}")
+    hints = typing.get_type_hints(cls)
+    known = {field.name for field in dataclasses.fields(cls)}
+    typed = {}
+    for key, value in values.items():
+        if key not in known:
+            raise ValueError(f"{where}.{key} is not a setting of {cls.__name__}")
+        typed[key] = _typed(hints[key], value, f"{where}.{key}")
+    config = cls(**typed)
+    try:
+        check_knobs(config)
+    except ValueError as error:
+        raise ValueError(f"{where}: {error}") from None
+    return config
+
+
+def _typed(kind: Any, value: Any, where: str) -> Any:
+    """``value`` as field type ``kind`` (a JSON list as a tuple, an int as a float), or ValueError."""
+    origin, args = typing.get_origin(kind), typing.get_args(kind)
+    if origin is tuple:
+        if isinstance(value, (list, tuple)) and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+            return tuple(value)
+        raise ValueError(f"{where} must be a list of integers, got {value!r}")
+    if origin in (typing.Union, types.UnionType):  # X | None
+        if value is None and type(None) in args:
+            return None
+        kind = next(arg for arg in args if arg is not type(None))
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    ok = {bool: isinstance(value, bool), int: number and isinstance(value, int), float: number}.get(
+        kind, isinstance(value, kind)
+    )
+    if not ok:
+        raise ValueError(f"{where} must be {getattr(kind, '__name__', kind)}, got {value!r}")
+    return float(value) if kind is float else value
 
 
 def flag_name(field_name: str) -> str:

@@ -11,6 +11,7 @@ collectives between processes use gloo.
 
 from __future__ import annotations
 
+import math
 import os
 import socket
 import sys
@@ -20,6 +21,7 @@ import time
 import jax
 import numpy as np
 
+MAX_TIMEOUT_S = 86_400.0  # a day: --coordinator-timeout beyond it is a typo (and inf overflowed JAX's int)
 HEARTBEAT_TIMEOUT_S = 60  # JAX's own verdict on a silent process (it aborts); the peer watch answers first
 KEEPALIVE = (10, 5, 4)  # TCP keepalive idle, interval, probes: a host that vanished is noticed in ~30 s
 PEER_LOST_EXIT = 1
@@ -187,6 +189,8 @@ def initialize(
     lost, the others stop at once with a message (:func:`say_goodbye` marks a
     deliberate end).
     """
+    if not (math.isfinite(timeout_s) and 0 < timeout_s <= MAX_TIMEOUT_S):  # nan hung, inf overflowed
+        raise ValueError(f"--coordinator-timeout must be a number of seconds in (0, {MAX_TIMEOUT_S}], got {timeout_s}")
     given = [coordinator is not None, num_processes is not None, process_id is not None]
     local_device_ids = None
     if not any(given):
@@ -199,8 +203,6 @@ def initialize(
         raise ValueError(
             f"--process-id must be in 0..{num_processes - 1} for --num-processes {num_processes}, got {process_id}"
         )
-    if timeout_s <= 0:
-        raise ValueError(f"--coordinator-timeout must be positive, got {timeout_s}")
     host, port = parse_address(coordinator)
     if num_processes == 1:
         return False

@@ -18,7 +18,7 @@ from typing import Protocol
 
 import numpy as np
 
-from podracer.config import check_knobs, knob
+from podracer.config import STEP_COUNT_MAX, check_knobs, knob
 from podracer.types import Agent
 
 POLICIES = ("greedy", "sample")
@@ -27,7 +27,10 @@ POLICIES = ("greedy", "sample")
 @dataclasses.dataclass(frozen=True)
 class EvalConfig:
     eval_every: int = knob(
-        0, "env steps (per seed) between evaluations on separate environments; 0: only the final one", minimum=0
+        0,
+        "env steps (per seed) between evaluations on separate environments; 0: only the final one",
+        minimum=0,
+        maximum=STEP_COUNT_MAX,
     )
     eval_episodes: int = knob(
         8, "episodes per evaluation (per seed); 0: no evaluation, not even the final one", minimum=0

@@ -6,7 +6,7 @@ import dataclasses
 import math
 from typing import NamedTuple
 
-from podracer.config import check_knobs, knob
+from podracer.config import STEP_COUNT_MAX, check_knobs, knob
 from podracer.driver import even_windows
 
 UPDATE_LOOPS = ("auto", "device", "host")
@@ -19,7 +19,10 @@ class AnakinConfig:
     lanes: int = knob(1, "update lanes per device: vmapped learner replicas whose gradients are averaged", minimum=1)
     num_seeds: int = knob(1, "independent agents trained together in one program (seeds seed..seed+N-1)", minimum=1)
     total_env_steps: int = knob(
-        500_000, "environment steps to train for, per seed (rounded up to whole updates)", minimum=1
+        500_000,
+        "environment steps to train for, per seed (rounded up to whole updates)",
+        minimum=1,
+        maximum=STEP_COUNT_MAX,
     )
     seed: int = knob(0, "random seed")
     num_devices: int = knob(0, "devices to run on; 0 means every device of every process", minimum=0)
@@ -28,6 +31,7 @@ class AnakinConfig:
         "environment steps between log lines, evened out so that every line covers as many updates; "
         "0 means about 20 lines per run",
         minimum=0,
+        maximum=STEP_COUNT_MAX,
     )
     update_loop: str = knob(
         "auto",

@@ -44,7 +44,10 @@ class HostEnvConfig:
     )
     reward_clip: bool = knob(True, "Atari: train on rewards clipped to their sign (the logged score is unclipped)")
     env_threads: int = knob(
-        0, "envpool worker threads per actor thread; 0: the host's cores shared among actor threads", minimum=0
+        0,
+        "envpool worker threads per actor thread; 0: the host's cores shared among actor threads",
+        minimum=0,
+        maximum=1024,  # envpool aborted the process natively (exit 134) at 100,000
     )
 
 

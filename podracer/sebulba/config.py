@@ -9,7 +9,7 @@ from typing import NamedTuple
 
 import jax
 
-from podracer.config import check_knobs, knob
+from podracer.config import STEP_COUNT_MAX, check_knobs, knob
 from podracer.driver import even_windows
 
 SYNC_MODES = ("throughput", "reproducible")
@@ -35,7 +35,10 @@ class SebulbaConfig:
     )
     rollout_len: int = knob(32, "agent steps per environment in one trajectory", minimum=1)
     total_env_steps: int = knob(
-        1_000_000, "agent steps to train for, over all environments (frames = steps x frame-skip)", minimum=1
+        1_000_000,
+        "agent steps to train for, over all environments (frames = steps x frame-skip)",
+        minimum=1,
+        maximum=STEP_COUNT_MAX,
     )
     queue_size: int = knob(
         1,
@@ -50,7 +53,9 @@ class SebulbaConfig:
         choices=SYNC_MODES,
     )
     seed: int = knob(0, "random seed")
-    log_interval: int = knob(0, "agent steps between log lines; 0 means about 20 lines per run", minimum=0)
+    log_interval: int = knob(
+        0, "agent steps between log lines; 0 means about 20 lines per run", minimum=0, maximum=STEP_COUNT_MAX
+    )
 
 
 class Topology(NamedTuple):
