@@ -206,11 +206,42 @@ def read_run_config(run_dir: str) -> dict:
     try:
         with open(path) as f:
             saved = json.load(f)
-        for key in ("architecture", "agent", "env", "agent_config"):
-            saved[key]  # noqa: B018 - each must be there
-    except (json.JSONDecodeError, KeyError, TypeError) as error:
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise ValueError(f"{path} does not hold a podracer run's settings ({type(error).__name__}: {error})") from None
+    check_run_config(saved, path)
     return saved
+
+
+def check_run_config(saved: Any, path: str) -> None:
+    """Refuses (ValueError naming ``path`` and the key) saved settings that the command line would refuse: an
+    unknown architecture or agent, a missing group, an unknown key, a value of the wrong type or out of bounds."""
+    from podracer.agents import AGENTS
+    from podracer.anakin.config import AnakinConfig
+    from podracer.checkpoint import CheckpointConfig
+    from podracer.config import config_from_saved
+    from podracer.envs.host import HostEnvConfig
+    from podracer.evaluation import EvalConfig
+    from podracer.sebulba.config import SebulbaConfig
+
+    if not isinstance(saved, dict):
+        raise ValueError(f"{path} does not hold a podracer run's settings (a JSON object)")
+    groups = {"anakin": {"anakin": AnakinConfig}, "sebulba": {"sebulba": SebulbaConfig, "host_env": HostEnvConfig}}
+    architecture, agent = saved.get("architecture"), saved.get("agent")
+    if architecture not in groups:
+        raise ValueError(f"{path}: architecture must be one of {sorted(groups)}, got {architecture!r}")
+    if agent not in AGENTS:
+        raise ValueError(f"{path}: agent must be one of {sorted(AGENTS)}, got {agent!r}")
+    if not isinstance(saved.get("env"), str) or not saved["env"]:
+        raise ValueError(f"{path}: env must be an environment's name, got {saved.get('env')!r}")
+    required = {**groups[architecture], "agent_config": AGENTS[agent][0]}
+    for key, cls in {**required, "checkpoint": CheckpointConfig, "evaluation": EvalConfig}.items():
+        if key in saved:
+            config_from_saved(cls, saved[key], f"{path}: {key}")
+        elif key in required:
+            raise ValueError(f"{path} has no {key!r} settings, which every {architecture} run saves")
+    processes = saved.get("processes", 1)
+    if not isinstance(processes, int) or isinstance(processes, bool) or processes < 1:
+        raise ValueError(f"{path}: processes must be a positive integer, got {processes!r}")
 
 
 def resident_memory_mb() -> float:
