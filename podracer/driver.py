@@ -21,6 +21,7 @@ advance by some updates) and the driver does the rest, the same way for both:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import threading
 import time
 from collections.abc import Callable
@@ -34,6 +35,7 @@ from podracer.checkpoint import CheckpointConfig, Checkpointer, restore
 from podracer.distributed import any_process
 from podracer.errors import NonFiniteLossError
 from podracer.evaluation import EvalConfig, Evaluator
+from podracer.lock import hold_run_directory
 from podracer.runlog import RunLog, Timer
 from podracer.signals import StopRequested, stop_on_signals
 
@@ -116,6 +118,11 @@ class RunOptions(NamedTuple):
     checkpoint: CheckpointConfig = CheckpointConfig()
     resume: bool = False
     evaluation: EvalConfig = EvalConfig()
+
+
+def saved_options(options: RunOptions) -> dict:
+    """The run's checkpoint schedule and evaluation settings, for ``config.json``: a resume keeps them."""
+    return {"checkpoint": dataclasses.asdict(options.checkpoint), "evaluation": dataclasses.asdict(options.evaluation)}
 
 
 def even_windows(num_updates: int, interval_updates: float) -> int:
@@ -287,7 +294,9 @@ def drive(program: Program, options: RunOptions = RunOptions()) -> RunResult:
     requested, caught = threading.Event(), []
     if jax.process_count() == 1:
         requested = program.interrupt  # alone, a signal interrupts waits at once; else the processes agree first
-    with stop_on_signals(requested, caught):
+    writer = options.run_dir is not None and jax.process_index() == 0
+    owning = hold_run_directory(options.run_dir) if writer else contextlib.nullcontext()
+    with owning, stop_on_signals(requested, caught):
         state, first_update, clock = program.init(), 0, Timer()
         restored = restore(options.run_dir, state, program.fingerprint) if options.resume else None
         if restored is not None:
@@ -296,7 +305,7 @@ def drive(program: Program, options: RunOptions = RunOptions()) -> RunResult:
         logging_process = jax.process_index() == 0
         log = RunLog(
             options.run_dir if logging_process else None,
-            program.config,
+            {**program.config, **saved_options(options)},
             program.num_updates * program.steps_per_update,
             options.quiet or not logging_process,
             resume_update=first_update if options.resume else None,
