@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 import shutil
 import sys
@@ -30,6 +31,14 @@ DAMAGED_DIR = "damaged_checkpoints"  # where resume moves checkpoints that do no
 
 class IncompatibleCheckpoint(ValueError):
     """A checkpoint that this version or this configuration cannot resume."""
+
+
+class CheckpointWriteFailed(OSError):
+    """A checkpoint could not be written (a full disk, a lost mount); the message is one line. The run stops
+    (exit code :data:`WRITE_FAILED_EXIT`) and resumes from its newest complete checkpoint."""
+
+
+WRITE_FAILED_EXIT = 74  # sysexits' EX_IOERR: neither bad input (2) nor a failed run (1)
 
 
 class CheckpointUnreadable(ValueError):
@@ -59,9 +68,24 @@ def settings_fingerprint(settings: dict) -> dict:
     return json.loads(json.dumps(strip(settings)))
 
 
+def _refuse_links(directory: str) -> None:
+    """Refuses a checkpoint folder that is a symbolic link: restoring would follow it out of the run directory,
+    and the keep-K rotation would delete what it points to. (The ``checkpoints`` folder itself may be a link,
+    to keep checkpoints on another disk.)"""
+    if not os.path.isdir(directory):
+        return
+    for name in sorted(os.listdir(directory)):
+        if os.path.islink(os.path.join(directory, name)):
+            raise ValueError(
+                f"{os.path.join(directory, name)} is a symbolic link; podracer reads, writes and deletes "
+                "checkpoints only as folders of their own (move what it points to in its place, or remove it)"
+            )
+
+
 def _manager(run_dir: str, keep: int = 3):
     import orbax.checkpoint as ocp
 
+    _refuse_links(os.path.abspath(os.path.join(run_dir, CHECKPOINT_DIR)))
     options = ocp.CheckpointManagerOptions(max_to_keep=keep, create=True, enable_async_checkpointing=False)
     return ocp.CheckpointManager(os.path.abspath(os.path.join(run_dir, CHECKPOINT_DIR)), options=options)
 
@@ -98,10 +122,24 @@ class Checkpointer:
         import orbax.checkpoint as ocp
 
         meta = {"format_version": FORMAT_VERSION, "fingerprint": self.fingerprint, "counters": counters}
-        self.manager.save(
-            update, args=ocp.args.Composite(state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta))
-        )
-        self.manager.wait_until_finished()
+        absl_logger = logging.getLogger("absl")
+        level = absl_logger.level
+        absl_logger.setLevel(logging.CRITICAL)  # orbax logs a traceback per writer thread; the error below says it
+        try:
+            self.manager.save(
+                update, args=ocp.args.Composite(state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta))
+            )
+            self.manager.wait_until_finished()
+        except Exception as error:  # noqa: BLE001 - tensorstore's and orbax's write errors have no common type
+            directory = str(self.manager.directory)
+            free = shutil.disk_usage(directory).free if os.path.isdir(directory) else 0
+            raise CheckpointWriteFailed(
+                f"could not write the checkpoint at update {update} into {directory} ({_brief(error)[:160]}); "
+                f"{free / 2**20:,.1f} MiB free there. Free space, then --resume: the run continues from its newest "
+                "complete checkpoint"
+            ) from None
+        finally:
+            absl_logger.setLevel(level)
         self.last_update, self.last_time = update, time.monotonic()
 
     def close(self) -> None:
@@ -213,11 +251,13 @@ def restore(
             except Exception as error:  # noqa: BLE001 - whatever orbax raises for a damaged checkpoint
                 skipped.append(f"update {step} ({_brief(error)})")
                 continue
-            if skipped and repair and jax.process_index() == 0:
-                _set_aside(run_dir, [s for s in steps if s > step])
+            if skipped and jax.process_index() == 0:
+                if repair:
+                    _set_aside(run_dir, [s for s in steps if s > step])
+                where = f"resuming from update {step} (the damaged ones are in {DAMAGED_DIR}/)"
                 print(
                     f"warning: skipped the checkpoint(s) that did not restore: {'; '.join(skipped)}; "
-                    f"resuming from update {step} (the damaged ones are in {DAMAGED_DIR}/)",
+                    + (where if repair else f"reading the one at update {step} instead"),
                     file=sys.stderr,
                 )
             return state, meta["counters"]
