@@ -76,6 +76,27 @@ def ppo_loss(
     return loss, metrics
 
 
+def _check_minibatches(config: PPOConfig, rollout_len: int, num_envs: int) -> None:
+    if (rollout_len * num_envs) % config.num_minibatches:
+        raise ValueError(
+            f"PPO: each replica learns from rollout_len x envs = {rollout_len} x {num_envs} = "
+            f"{rollout_len * num_envs} transitions, which --num-minibatches {config.num_minibatches} "
+            "does not divide; pick a divisor of that number, or change the environments per replica "
+            "(anakin: --num-envs; sebulba: --envs-per-thread) or --rollout-len"
+        )
+
+
+def _values(parts: actor_critic.ActorCriticParts, params, traj: Trajectory, acting_values: bool) -> jax.Array:
+    """``[T + 1, B]`` values of ``traj.obs``: the actors' (``extras["value"]``) where acting computed them, with
+    only the bootstrap observation's computed here; else all of them."""
+    if acting_values:
+        bootstrap = actor_critic.apply_network(parts, params, traj.obs[-1], ActorCritic.value)
+        return jnp.concatenate([traj.extras["value"], bootstrap[None]])
+    return actor_critic.time_major(lambda obs: actor_critic.apply_network(parts, params, obs, ActorCritic.value))(
+        traj.obs
+    )
+
+
 def make_ppo(config: PPOConfig, spec: EnvSpec, shape: BatchShape = BatchShape()) -> Agent:
     """A PPO :class:`Agent` for ``spec``; ``shape.num_updates`` sets the length of LR annealing."""
     check_knobs(config)
@@ -107,22 +128,9 @@ def make_ppo(config: PPOConfig, spec: EnvSpec, shape: BatchShape = BatchShape())
         return actor_critic.gradient_step(minibatch_loss, parts.optimizer, state, minibatch)
 
     def learn(state: LearnerState, traj: Trajectory, key: jax.Array):
-        rollout_len, num_envs = traj.reward.shape
-        if (rollout_len * num_envs) % config.num_minibatches:
-            raise ValueError(
-                f"PPO: each replica learns from rollout_len x envs = {rollout_len} x {num_envs} = "
-                f"{rollout_len * num_envs} transitions, which --num-minibatches {config.num_minibatches} "
-                "does not divide; pick a divisor of that number, or change the environments per replica "
-                "(anakin: --num-envs; sebulba: --envs-per-thread) or --rollout-len"
-            )
+        _check_minibatches(config, *traj.reward.shape)
         state, traj = actor_critic.prepare_batch(parts, state, traj)
-        if acting_values:  # the actors' values of obs[:-1]; only the bootstrap observation's is computed here
-            bootstrap = actor_critic.apply_network(parts, state.params, traj.obs[-1], ActorCritic.value)
-            values = jnp.concatenate([traj.extras["value"], bootstrap[None]])
-        else:
-            values = actor_critic.time_major(
-                lambda obs: actor_critic.apply_network(parts, state.params, obs, ActorCritic.value)
-            )(traj.obs)
+        values = _values(parts, state.params, traj, acting_values)
         advantage = generalized_advantages(
             traj.reward, traj.discount, traj.valid, values, config.gamma, config.gae_lambda
         )

@@ -144,7 +144,7 @@ def write_video(path: str, frames: list) -> None:
         imageio.mimsave(path, frames, duration=1000 / VIDEO_FPS, loop=0)
 
 
-def run_eval(argv: list[str]) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="podracer eval",
         description="Evaluate a run's checkpoint with the run's own settings; optionally write a video of it playing.",
@@ -170,7 +170,11 @@ def run_eval(argv: list[str]) -> int:
         metavar="FILE",
         help="write the first episode to FILE (.gif, or .mp4 with imageio-ffmpeg)",
     )
-    args = parser.parse_args(argv)
+    return parser
+
+
+def run_eval(argv: list[str]) -> int:
+    args = _parser().parse_args(argv)
     try:
         if args.episodes < 1:
             raise EvalError(f"--episodes must be at least 1, got {args.episodes}")
@@ -193,6 +197,12 @@ def run_eval(argv: list[str]) -> int:
     except ValueError as error:  # EvalError, RunDirectoryError, and what the run's settings or the video cannot do
         print(f"podracer eval: error: {error}", file=sys.stderr)
         return 2
+    _report(args, saved, fields, update, frames)
+    return 0
+
+
+def _report(args: argparse.Namespace, saved: dict, fields: dict, update: int, frames) -> None:
+    """Prints what was evaluated, the return, and the machine-readable EVAL line."""
     print(
         f"{args.run_dir}: {saved['agent']} on {saved['env']}, checkpoint at update {update} "
         f"({fields['eval_env_steps']:,} env steps), {args.policy} policy"
@@ -207,4 +217,3 @@ def run_eval(argv: list[str]) -> int:
         f"EVAL return={fields['eval_return']} stderr={fields['eval_return_stderr']} episodes={fields['eval_episodes']} "
         f"update={update}"
     )
-    return 0

@@ -10,6 +10,7 @@ import argparse
 import math
 import os
 import re
+import shutil
 import signal
 import sys
 import tempfile
@@ -19,13 +20,14 @@ from typing import NamedTuple
 
 from podracer.agents import AGENTS
 from podracer.anakin.config import AnakinConfig
-from podracer.checkpoint import CheckpointConfig
+from podracer.checkpoint import WRITE_FAILED_EXIT, CheckpointConfig, CheckpointWriteFailed
 from podracer.cli.presets import ANAKIN_PRESETS, DEFAULT_ANAKIN_PRESET, DEFAULT_SEBULBA_PRESET, SEBULBA_PRESETS
 from podracer.config import add_flags, flag_name, from_flags, given_flags, round_up
 from podracer.distributed import CoordinatorUnreachable, say_goodbye
 from podracer.envs.host import HostEnvConfig
 from podracer.errors import NonFiniteLossError
 from podracer.evaluation import EvalConfig
+from podracer.lock import LOCK_FILE
 from podracer.runlog import CONFIG_FILE, read_run_config
 from podracer.sebulba.actor import prefer_synchronous_cpu_dispatch
 from podracer.sebulba.config import SebulbaConfig, topology
@@ -89,7 +91,13 @@ SEBULBA = Architecture(
     "envs_per_thread",
     _sebulba_batch_multiple,
 )
-SAVED_GROUPS = {"Anakin": "anakin", "Sebulba": "sebulba", "host environments": "host_env"}  # in config.json
+SAVED_GROUPS = {  # flag group title -> its key in config.json: a resume takes them as its defaults
+    "Anakin": "anakin",
+    "Sebulba": "sebulba",
+    "host environments": "host_env",
+    "checkpoints": "checkpoint",
+    "evaluation": "evaluation",
+}
 
 
 def _default_run_dir(architecture: str, agent: str, env: str) -> str:
@@ -101,6 +109,16 @@ def _at_least_one(text: str) -> int:
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+MAX_CPU_DEVICES = 1024  # 1,024 simulated devices start in 4 s on 2 cores; 100,000 hung with no output
+
+
+def _cpu_devices(text: str) -> int:
+    value = _at_least_one(text)
+    if value > MAX_CPU_DEVICES:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_CPU_DEVICES}, got {value}")
     return value
 
 
@@ -121,7 +139,7 @@ def _add_start_flags(parser: argparse.ArgumentParser, arch: Architecture, preset
     )
     parser.add_argument(
         "--cpu-devices",
-        type=_at_least_one,
+        type=_cpu_devices,
         default=None,
         metavar="N",
         help="split the host CPU into N devices, to try multi-device runs without accelerators",
@@ -162,7 +180,7 @@ def _add_start_flags(parser: argparse.ArgumentParser, arch: Architecture, preset
 
 def _early_flags(arch: Architecture, argv: list[str]) -> argparse.Namespace:
     """Reads the flags that decide which other flags exist (and their defaults)."""
-    early = argparse.ArgumentParser(add_help=False)
+    early = argparse.ArgumentParser(prog=f"podracer {arch.name}", add_help=False)
     _add_start_flags(early, arch, arch.default_preset, None)
     return early.parse_known_args(argv)[0]
 
@@ -203,6 +221,12 @@ def _check_writable(run_dir: str, flag: str) -> None:
             pass
     except OSError as error:
         raise ValueError(f"{flag} {run_dir}: cannot write there ({error.strerror or error})") from None
+
+
+def _discard_if_unused(run_dir: str, made_here: bool) -> None:
+    """Removes the run directory this command made for a run that was refused before it wrote anything."""
+    if made_here and os.path.isdir(run_dir) and set(os.listdir(run_dir)) <= {LOCK_FILE}:
+        shutil.rmtree(run_dir, ignore_errors=True)
 
 
 def build_parser(
@@ -321,6 +345,7 @@ def run_architecture(arch: Architecture, argv: list[str]) -> int:
         print(f"podracer {arch.name}: error: --resume continues in its own directory; drop --logdir", file=sys.stderr)
         return 2
     run_dir = args.resume or args.logdir or _default_run_dir(arch.name, args.agent, args.env)
+    made_run_dir = not os.path.exists(run_dir)
     try:
         if resumed is None and arch.batch_flag not in given_flags(parser, argv):
             note = fit_batch(arch, args)
@@ -332,8 +357,23 @@ def run_architecture(arch: Architecture, argv: list[str]) -> int:
         _check_writable(run_dir, "--resume" if args.resume else "--logdir")
         result, rates, stopped_by = TRAINERS[arch.name](args, agent_config, run_dir)
     except (ValueError, FileExistsError, FileNotFoundError) as error:
+        _discard_if_unused(run_dir, made_run_dir)
         print(f"podracer {arch.name}: error: {error}", file=sys.stderr)
         return 2
+    except RuntimeError as error:
+        if "RESOURCE_EXHAUSTED" not in str(error):
+            raise
+        _discard_if_unused(run_dir, made_run_dir)
+        first_line = str(error).strip().splitlines()[0]
+        print(
+            f"podracer {arch.name}: error: the devices ran out of memory ({first_line}): use smaller batches or "
+            "networks",
+            file=sys.stderr,
+        )
+        return 2
+    except CheckpointWriteFailed as error:
+        print(f"podracer {arch.name}: stopped: {error}", file=sys.stderr)
+        return WRITE_FAILED_EXIT
     except NonFiniteLossError as error:
         print(f"podracer {arch.name}: stopped: {error}", file=sys.stderr)
         return 1
