@@ -214,6 +214,13 @@ def test_resume_falls_back_to_the_newest_checkpoint_that_restores(tmp_path, caps
     else:
         os.remove(os.path.join(newest, "_METADATA"))
     os.makedirs(os.path.join(run_dir, "checkpoints", "12.orbax-checkpoint-tmp-99"))  # a save a kill cut short
+    if damage == "truncate a state file":  # reading the run falls back too, and says so
+        env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+        command = [sys.executable, "-m", "podracer.cli.main", "eval", run_dir, "--episodes", "1"]
+        out = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
+        assert out.returncode == 0, out.stderr[-2000:]
+        assert "skipped the checkpoint(s) that did not restore: update 12 (" in out.stderr
+        assert "reading the one at update 6 instead" in out.stderr and "update=6" in out.stdout
     capsys.readouterr()
     assert main(["anakin", "--resume", run_dir, "--quiet"]) == 0
     err = capsys.readouterr().err
@@ -455,3 +462,118 @@ def test_a_run_saved_before_a_knob_existed_resumes_with_its_default(tmp_path, ca
     code, out = main(["anakin", "--resume", run_dir]), capsys.readouterr()
     assert code == 0, out.err
     assert "resumed from the checkpoint at update 3" in out.err
+
+
+def _catch_run(run_dir: str, *flags: str) -> None:
+    small = ["--preset", "catch_ppo", "--num-devices", "1", "--total-env-steps", "8192", "--log-interval", "2048"]
+    assert main(["anakin", *small, "--logdir", run_dir, "--quiet", *flags]) == 0
+
+
+@pytest.mark.slow
+def test_resume_keeps_the_checkpoint_schedule_and_evaluation_settings(tmp_path, capsys):
+    """Issue 35's repro, shortened: a resume (and a resume of that resume) used to fall back to the default
+    schedule (only at the end) and to 8 evaluation episodes."""
+    run_dir = str(tmp_path / "run")
+    _catch_run(run_dir, "--checkpoint-every", "3", "--checkpoint-keep", "5", "--eval-episodes", "0")
+    for step in ("6", "8"):  # as if preempted after the checkpoint at update 3
+        shutil.rmtree(os.path.join(run_dir, "checkpoints", step))
+    capsys.readouterr()
+    for _ in range(2):  # a resume, then a resume of the resumed run
+        assert main(["anakin", "--resume", run_dir]) == 0
+        out = capsys.readouterr()
+        assert "eval_return" not in out.out  # --eval-episodes 0 kept: no final evaluation
+        saved = json.load(open(os.path.join(run_dir, "config.json")))
+        assert saved["checkpoint"] == {"checkpoint_every": 3, "checkpoint_minutes": 0.0, "checkpoint_keep": 5}
+        assert saved["evaluation"]["eval_episodes"] == 0
+    assert sorted(map(int, os.listdir(os.path.join(run_dir, "checkpoints")))) == [3, 6, 8]  # every 3, and the end
+
+    # A schedule or evaluation flag given again overrides the saved one (they change no learnt number)
+    shutil.rmtree(os.path.join(run_dir, "checkpoints", "8"))
+    assert main(["anakin", "--resume", run_dir, "--eval-episodes", "2", "--quiet"]) == 0
+    assert "eval_return=" in capsys.readouterr().out
+    assert json.load(open(os.path.join(run_dir, "config.json")))["evaluation"]["eval_episodes"] == 2
+
+
+@pytest.mark.slow
+def test_a_second_writer_of_a_run_directory_is_refused_naming_the_holder(tmp_path, capsys):
+    from podracer.lock import LOCK_FILE, hold_run_directory
+
+    run_dir = str(tmp_path / "run")
+    small = ["--preset", "catch_ppo", "--num-devices", "1", "--total-env-steps", "4096", "--quiet"]
+    with hold_run_directory(run_dir):  # as a run of another process would
+        assert main(["anakin", *small, "--logdir", run_dir]) == 2
+        err = capsys.readouterr().err
+        assert f"{run_dir} is being written by pid {os.getpid()} on {socket.gethostname()}" in err
+        assert not os.path.exists(os.path.join(run_dir, "config.json"))
+    with open(os.path.join(run_dir, LOCK_FILE), "w") as f:
+        f.write("pid 999999 on a-host-that-died\n")  # a stale lock: its holder is gone, so nothing holds it
+    assert main(["anakin", *small, "--logdir", run_dir]) == 0
+
+
+@pytest.mark.slow
+def test_a_checkpoint_that_is_a_symbolic_link_is_refused_and_nothing_outside_is_touched(tmp_path, capsys):
+    run_dir, outside = str(tmp_path / "run"), str(tmp_path / "elsewhere")
+    _catch_run(run_dir, "--checkpoint-every", "2", "--checkpoint-keep", "2", "--eval-episodes", "0")
+    newest = os.path.join(run_dir, "checkpoints", "8")
+    shutil.move(newest, outside)
+    os.symlink(outside, newest)
+    before = sorted(os.listdir(outside))
+    capsys.readouterr()
+    assert main(["anakin", "--resume", run_dir, "--quiet"]) == 2
+    assert f"{newest} is a symbolic link" in capsys.readouterr().err
+    assert sorted(os.listdir(outside)) == before and os.path.islink(newest)
+
+
+BASE_CONFIG = {"architecture": "anakin", "agent": "ppo", "env": "catch", "agent_config": {}, "anakin": {}}
+
+
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        (lambda c: c.pop("anakin"), "has no 'anakin' settings, which every anakin run saves"),
+        (lambda c: c.update(agent="dqn"), "agent must be one of ['impala', 'muzero', 'ppo'], got 'dqn'"),
+        (lambda c: c["anakin"].update(num_envz=4), "anakin.num_envz is not a setting of AnakinConfig"),
+        (lambda c: c.update(processes="2"), "processes must be a positive integer, got '2'"),
+        (lambda c: c["agent_config"].update(learning_rate="fast"), "agent_config.learning_rate must be float"),
+        (lambda c: c["anakin"].update(num_envs=0), "anakin: --num-envs must be at least 1, got 0"),
+        (lambda c: c.update(checkpoint=[]), "checkpoint must be an object of settings, got list"),
+    ],
+)
+def test_a_damaged_config_json_is_refused_naming_the_file_and_the_key(tmp_path, capsys, damage, message):
+    from podracer.cli.eval import run_eval
+
+    config = json.loads(json.dumps(BASE_CONFIG))
+    damage(config)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    assert main(["anakin", "--resume", str(tmp_path)]) == 2
+    assert f"{path}" in (err := capsys.readouterr().err) and message in err
+    assert run_eval([str(tmp_path)]) == 2
+    assert f"{path}" in (err := capsys.readouterr().err) and message in err
+
+
+@pytest.mark.slow
+def test_a_checkpoint_that_cannot_be_written_stops_the_run_in_one_line_and_it_resumes(tmp_path, capsys, monkeypatch):
+    """Issue 35's full disk (seen on a 2 MiB tmpfs: tensorstore's RESOURCE_EXHAUSTED, raised as a ValueError, and a
+    traceback per orbax writer thread), simulated here so that no mount is needed."""
+    import orbax.checkpoint as ocp
+
+    run_dir = str(tmp_path / "run")
+    real_save = ocp.CheckpointManager.save
+
+    def full_disk(self, step, *args, **kwargs):
+        if step >= 4:
+            raise ValueError('RESOURCE_EXHAUSTED: Error writing "act_key/0.0.0.0": No space left on device')
+        return real_save(self, step, *args, **kwargs)
+
+    monkeypatch.setattr(ocp.CheckpointManager, "save", full_disk)
+    flags = ["--preset", "catch_ppo", "--num-devices", "1", "--total-env-steps", "8192", "--checkpoint-every", "2"]
+    assert main(["anakin", *flags, "--eval-episodes", "0", "--logdir", run_dir, "--quiet"]) == 74
+    err = capsys.readouterr().err
+    assert "stopped: could not write the checkpoint at update 4 into" in err and "No space left" in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+    monkeypatch.setattr(ocp.CheckpointManager, "save", real_save)  # space freed
+    assert main(["anakin", "--resume", run_dir, "--quiet"]) == 0
+    records = [json.loads(line) for line in open(os.path.join(run_dir, "metrics.jsonl"))]
+    updates = [r["update"] for r in records]
+    assert updates == sorted(set(updates)) and records[-1]["env_steps"] == 8192  # continued from update 2, no gap

@@ -217,6 +217,12 @@ def test_muzero_runs_over_devices_and_lanes_and_checks_its_batch(tmp_path, capsy
         (["--checkpoint-keep", "0"], "--checkpoint-keep must be at least 1, got 0"),
         (["--update-loop", "fast"], "--update-loop must be one of ('auto', 'device', 'host'), got 'fast'"),
         (["--num-envs", "-4"], "--num-envs must be at least 1, got -4"),
+        (["--num-envs", "99999999999"], "--num-envs must be at most 2147483647, got 99999999999"),
+        (["--coordinator-timeout", "nan"], "--coordinator-timeout must be a number of seconds in (0, 86400.0]"),
+        (["--coordinator-timeout", "inf"], "--coordinator-timeout must be a number of seconds in (0, 86400.0]"),
+        (["--coordinator-timeout", "-1"], "--coordinator-timeout must be a number of seconds in (0, 86400.0]"),
+        (["--env", "nosuchenv"], "unknown environment 'nosuchenv'"),
+        (["--env", ""], "unknown environment ''"),
     ],
 )
 def test_bad_numbers_are_refused_before_anything_starts(tmp_path, capsys, flags, message):
@@ -229,11 +235,16 @@ def test_bad_numbers_are_refused_before_anything_starts(tmp_path, capsys, flags,
 def test_bad_sebulba_and_device_flags_are_refused(tmp_path, capsys):
     assert main(["sebulba", "--env-threads", "-1", "--logdir", str(tmp_path / "run")]) == 2
     assert "--env-threads must be at least 0, got -1" in capsys.readouterr().err
-    for count in ("0", "-1"):
-        with pytest.raises(SystemExit) as exit_info:
+    assert main(["sebulba", "--env-threads", "100000", "--logdir", str(tmp_path / "run")]) == 2  # envpool aborted
+    assert "--env-threads must be at most 1024, got 100000" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
+    for count, bound in (("0", "at least 1"), ("-1", "at least 1"), ("100000", "at most 1024")):
+        with pytest.raises(SystemExit) as exit_info:  # 100000 hung
             main(["anakin", "--cpu-devices", count])
         assert exit_info.value.code == 2
-        assert f"--cpu-devices: must be at least 1, got {count}" in capsys.readouterr().err
+        assert f"podracer anakin: error: argument --cpu-devices: must be {bound}, got {count}" in (
+            capsys.readouterr().err
+        )
 
 
 def test_unusable_run_directories_are_named_in_one_line(tmp_path, capsys):
@@ -249,7 +260,16 @@ def test_unusable_run_directories_are_named_in_one_line(tmp_path, capsys):
     sebulba_run = tmp_path / "sebulba_run"
     sebulba_run.mkdir()
     (sebulba_run / "config.json").write_text(
-        json.dumps({"architecture": "sebulba", "agent": "ppo", "env": "CartPole-v1", "agent_config": {}})
+        json.dumps(
+            {
+                "architecture": "sebulba",
+                "agent": "ppo",
+                "env": "CartPole-v1",
+                "agent_config": {},
+                "sebulba": {},
+                "host_env": {},
+            }
+        )
     )
     assert main(["anakin", "--resume", str(sebulba_run)]) == 2
     assert (
