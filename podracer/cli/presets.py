@@ -124,18 +124,17 @@ ANAKIN_PRESETS: dict[str, dict] = {
         },
     },
     "minatar_impala": {
-        "about": "IMPALA/V-trace on gymnax's MinAtar games (default Breakout), the MLP of minatar_ppo, 16 envs x 32 "
-        "steps (more, smaller updates than 64 envs), entropy bonus 0.03 (0.01 collapsed Breakout's policy); 5M "
-        "steps (docs/results.md, beside the MinAtar paper's actor-critic)",
+        "about": "IMPALA/V-trace on gymnax's MinAtar games (default Breakout) with the MinAtar paper's network (one "
+        "3x3 conv of 16 channels, 128 units), 16 envs x 32 steps, 4 gradient steps per batch, entropy bonus 0.03; "
+        "5M steps (docs/results.md, beside the MinAtar paper's actor-critic)",
         "agent": "impala",
         "env": "gymnax:Breakout-MinAtar",
         "anakin": {"num_envs": 16, "rollout_len": 32, "total_env_steps": 5_000_000},
         "agent_config": {
-            "learning_rate": 2e-3,
+            "learning_rate": 1e-3,
             "max_grad_norm": 40.0,
             "entropy_coef": 0.03,
-            "torso": "mlp",
-            "activation": "relu",
+            "torso": "conv",
         },
     },
 }
