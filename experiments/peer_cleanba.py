@@ -33,7 +33,8 @@ import threading
 import time
 from typing import NamedTuple
 
-from experiments.bench_process import worker_env
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # run as a file
+from experiments.bench_process import worker_env  # noqa: E402
 
 SCRIPTS = ("cleanba_ppo.py", "cleanba_impala.py")
 UPDATE_LINE = "CLEANBA_UPDATE"  # the line the timing patch prints after each learner update

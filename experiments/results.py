@@ -38,7 +38,8 @@ import time
 
 import numpy as np
 
-from experiments.suites import SEBULBA_CPU, SUITES, Entry, Suite
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # run as a file
+from experiments.suites import SEBULBA_CPU, SUITES, Entry, Suite  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STATE_FILE = "suite_run.json"  # in each run directory: the segments run and whether the run finished

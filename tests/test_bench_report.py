@@ -1,6 +1,8 @@
 """The benchmark scripts share one markdown file: each rewrites its own section and keeps the others."""
 
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -158,3 +160,31 @@ def test_the_cleanba_row_has_the_ratio_and_podracers_learner_busy_share():
     raw = {"env_id": "CartPole-v1", "num_envs": 8, "batch_size": 8, "threads": 1, "sps": 1000.0}
     lines = benchmark_sebulba.report_lines(False, [raw], [], [], [(ours, theirs)])
     assert "| ppo | 16 x 32 | 40.0 | 32.0 | 1.25x | 12.8 / 16.0 | 90% | 30.0 | 70.0 |" in lines
+
+
+@pytest.mark.parametrize(
+    "script",
+    [
+        "benchmark_anakin.py",
+        "benchmark_brax.py",
+        "benchmark_muzero.py",
+        "benchmark_sebulba.py",
+        "peer_purejaxrl.py",
+        "results.py",
+        "stop_latency.py",
+    ],
+)
+def test_each_lab_script_runs_as_a_file_from_a_checkout(script):
+    """As docs/development.md runs them (`python experiments/NAME.py`): experiments/ is not installed, so each
+    must find its siblings itself (results.py once could not)."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    out = subprocess.run(
+        [sys.executable, os.path.join("experiments", script), "--help"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    assert out.returncode == 0 and "usage" in out.stdout, out.stderr[-2000:]
