@@ -15,6 +15,7 @@ import signal
 import sys
 import tempfile
 import time
+import traceback
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -323,6 +324,28 @@ def _resume_or_start(early: argparse.Namespace) -> None:
         early.resume = early.logdir
 
 
+def _train(
+    arch: Architecture,
+    parser: argparse.ArgumentParser,
+    argv: list[str],
+    args: argparse.Namespace,
+    resumed: dict | None,
+    run_dir: str,
+):
+    """Checks every flag, makes the run directory and trains: ``(result, rates text, stopped_by)``."""
+    import jax
+
+    if resumed is None and arch.batch_flag not in given_flags(parser, argv):
+        note = fit_batch(arch, args)
+        if note and not args.quiet and jax.process_index() == 0:
+            print(f"podracer {arch.name}: {note}", file=sys.stderr)
+    agent_config = from_flags(AGENTS[args.agent][0], args)
+    for _, group in arch.config_groups:
+        from_flags(group, args)  # checks every flag before the run directory is made
+    _check_writable(run_dir, "--resume" if args.resume else "--logdir")
+    return TRAINERS[arch.name](args, agent_config, run_dir)
+
+
 def run_architecture(arch: Architecture, argv: list[str]) -> int:
     early = _early_flags(arch, argv)
     import jax  # the settings below must precede anything that starts JAX's backends
@@ -347,15 +370,7 @@ def run_architecture(arch: Architecture, argv: list[str]) -> int:
     run_dir = args.resume or args.logdir or _default_run_dir(arch.name, args.agent, args.env)
     made_run_dir = not os.path.exists(run_dir)
     try:
-        if resumed is None and arch.batch_flag not in given_flags(parser, argv):
-            note = fit_batch(arch, args)
-            if note and not args.quiet and jax.process_index() == 0:
-                print(f"podracer {arch.name}: {note}", file=sys.stderr)
-        agent_config = from_flags(AGENTS[args.agent][0], args)
-        for _, group in arch.config_groups:
-            from_flags(group, args)  # checks every flag before the run directory is made
-        _check_writable(run_dir, "--resume" if args.resume else "--logdir")
-        result, rates, stopped_by = TRAINERS[arch.name](args, agent_config, run_dir)
+        result, rates, stopped_by = _train(arch, parser, argv, args, resumed, run_dir)
     except (ValueError, FileExistsError, FileNotFoundError) as error:
         _discard_if_unused(run_dir, made_run_dir)
         print(f"podracer {arch.name}: error: {error}", file=sys.stderr)
@@ -371,18 +386,11 @@ def run_architecture(arch: Architecture, argv: list[str]) -> int:
             file=sys.stderr,
         )
         return 2
-    except CheckpointWriteFailed as error:
+    except (CheckpointWriteFailed, NonFiniteLossError, WorkerFailed) as error:
+        if isinstance(error, WorkerFailed):
+            traceback.print_exception(error.__cause__, file=sys.stderr)
         print(f"podracer {arch.name}: stopped: {error}", file=sys.stderr)
-        return WRITE_FAILED_EXIT
-    except NonFiniteLossError as error:
-        print(f"podracer {arch.name}: stopped: {error}", file=sys.stderr)
-        return 1
-    except WorkerFailed as error:
-        import traceback
-
-        traceback.print_exception(error.__cause__, file=sys.stderr)
-        print(f"podracer {arch.name}: stopped: {error}", file=sys.stderr)
-        return 1
+        return WRITE_FAILED_EXIT if isinstance(error, CheckpointWriteFailed) else 1
     say_goodbye()  # this process ends on purpose: its peers need not stop on its account
     final = result.records[-1] if result.records else {}
     if not args.quiet:
