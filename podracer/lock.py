@@ -10,6 +10,7 @@ import contextlib
 import fcntl
 import os
 import socket
+import sys
 from collections.abc import Iterator
 
 from podracer.errors import RunDirectoryError
@@ -42,6 +43,12 @@ def hold_run_directory(run_dir: str) -> Iterator[None]:
                 f"{run_dir} is being written by {_holder(fd)}; one run writes a run directory at a time "
                 "(stop that run first, or choose another --logdir)"
             ) from None
+        except OSError as error:  # a file system without locks (some network and FUSE mounts)
+            print(
+                f"warning: cannot lock {path} ({error.strerror or error}); nothing stops a second run from "
+                "writing this run directory at the same time",
+                file=sys.stderr,
+            )
         os.ftruncate(fd, 0)
         os.write(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode())
         yield

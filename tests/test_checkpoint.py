@@ -510,6 +510,20 @@ def test_a_second_writer_of_a_run_directory_is_refused_naming_the_holder(tmp_pat
     assert main(["anakin", *small, "--logdir", run_dir]) == 0
 
 
+def test_a_file_system_without_locks_is_warned_about_not_refused(tmp_path, capsys, monkeypatch):
+    import fcntl
+
+    from podracer.lock import hold_run_directory
+
+    def no_locks(fd, operation):
+        raise OSError(95, "Operation not supported")
+
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    with hold_run_directory(str(tmp_path / "run")):
+        pass
+    assert "warning: cannot lock" in capsys.readouterr().err
+
+
 @pytest.mark.slow
 def test_a_checkpoint_that_is_a_symbolic_link_is_refused_and_nothing_outside_is_touched(tmp_path, capsys):
     run_dir, outside = str(tmp_path / "run"), str(tmp_path / "elsewhere")
