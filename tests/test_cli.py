@@ -275,3 +275,10 @@ def test_unusable_run_directories_are_named_in_one_line(tmp_path, capsys):
     assert (
         f"it holds a sebulba run; continue it with 'podracer sebulba --resume {sebulba_run}'" in capsys.readouterr().err
     )
+
+
+def test_a_reader_that_goes_away_ends_the_output_without_a_traceback():
+    """``podracer presets | true``: the pipe closes before podracer writes (it printed a BrokenPipeError)."""
+    command = f"{sys.executable} -m podracer presets | true"  # true exits long before Python has started
+    out = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=120)
+    assert "Traceback" not in out.stderr and "BrokenPipeError" not in out.stderr, out.stderr

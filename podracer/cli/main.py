@@ -486,6 +486,9 @@ def main(argv: list[str] | None = None) -> int:
         route_signals_to_main_thread()  # before JAX starts the threads a signal must not land on
     try:
         return COMMANDS[argv[0]](argv[1:])
+    except BrokenPipeError:  # the reader went away (podracer presets | head): end quietly, as Python's docs advise
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
     except KeyboardInterrupt as interrupt:  # a signal before a run caught its signals
         name = interrupt.args[0] if interrupt.args else "SIGINT"
         print(f"podracer {argv[0]}: stopped by {name} before the run started", file=sys.stderr)
