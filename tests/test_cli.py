@@ -282,3 +282,10 @@ def test_a_reader_that_goes_away_ends_the_output_without_a_traceback():
     command = f"{sys.executable} -m podracer presets | true"  # true exits long before Python has started
     out = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=120)
     assert "Traceback" not in out.stderr and "BrokenPipeError" not in out.stderr, out.stderr
+
+
+def test_a_loss_that_becomes_non_finite_stops_the_command_in_one_line(tmp_path, capsys):
+    flags = ["--preset", "catch_ppo", "--num-devices", "1", "--total-env-steps", "20000", "--quiet"]
+    assert main(["anakin", *flags, "--learning-rate", "1e30", "--logdir", str(tmp_path / "run")]) == 1
+    err = capsys.readouterr().err
+    assert "stopped: the loss became non-finite at update" in err and "Traceback" not in err

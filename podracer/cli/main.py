@@ -375,6 +375,11 @@ def run_architecture(arch: Architecture, argv: list[str]) -> int:
         _discard_if_unused(run_dir, made_run_dir)
         print(f"podracer {arch.name}: error: {error}", file=sys.stderr)
         return 2
+    except (CheckpointWriteFailed, NonFiniteLossError, WorkerFailed) as error:
+        if isinstance(error, WorkerFailed):
+            traceback.print_exception(error.__cause__, file=sys.stderr)
+        print(f"podracer {arch.name}: stopped: {error}", file=sys.stderr)
+        return WRITE_FAILED_EXIT if isinstance(error, CheckpointWriteFailed) else 1
     except RuntimeError as error:
         if "RESOURCE_EXHAUSTED" not in str(error):
             raise
@@ -386,11 +391,6 @@ def run_architecture(arch: Architecture, argv: list[str]) -> int:
             file=sys.stderr,
         )
         return 2
-    except (CheckpointWriteFailed, NonFiniteLossError, WorkerFailed) as error:
-        if isinstance(error, WorkerFailed):
-            traceback.print_exception(error.__cause__, file=sys.stderr)
-        print(f"podracer {arch.name}: stopped: {error}", file=sys.stderr)
-        return WRITE_FAILED_EXIT if isinstance(error, CheckpointWriteFailed) else 1
     say_goodbye()  # this process ends on purpose: its peers need not stop on its account
     final = result.records[-1] if result.records else {}
     if not args.quiet:
