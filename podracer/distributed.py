@@ -224,6 +224,21 @@ def initialize(
     return True
 
 
+def agree_on_step(stop: bool, updates: int) -> tuple[bool, int]:
+    """In one collective: whether any process was asked to stop, and the fewest updates any process offers to take.
+
+    Each process times its own steps (:class:`podracer.driver.Pace`), but one step's
+    collectives need every process to run the same number of updates: a process
+    that took fewer would wait in its next collective for ever.
+    """
+    if jax.process_count() == 1:
+        return stop, updates
+    from jax.experimental import multihost_utils
+
+    gathered = np.asarray(multihost_utils.process_allgather(np.array([int(stop), updates], np.int32)))
+    return bool(gathered[..., 0].any()), int(gathered[..., 1].min())
+
+
 def any_process(flag: bool) -> bool:
     """Whether ``flag`` is set on any process (every process must call this at the same point)."""
     if jax.process_count() == 1:

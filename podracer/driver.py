@@ -32,7 +32,7 @@ import jax
 import numpy as np
 
 from podracer.checkpoint import CheckpointConfig, Checkpointer, restore
-from podracer.distributed import any_process
+from podracer.distributed import agree_on_step
 from podracer.errors import NonFiniteLossError
 from podracer.evaluation import EvalConfig, Evaluator
 from podracer.lock import hold_run_directory
@@ -248,13 +248,14 @@ class _Run:
         window, window_updates, window_start = None, 0, self.seconds
         stopping = False
         while self.done < program.num_updates:
-            stopping = any_process(requested.is_set())  # a signal may reach only some processes
+            # A signal may reach only some processes, and each paces itself: they agree on both.
+            stopping, paced = agree_on_step(requested.is_set(), self.pace.updates())
             if stopping:
                 program.interrupt.set()
                 break
             to_window_end = program.updates_per_window - self.done % program.updates_per_window
             n = min(
-                self.pace.updates(),
+                paced,
                 program.num_updates - self.done,
                 to_window_end,
                 self.checkpointer.updates_until_due(self.done),
