@@ -169,6 +169,7 @@ def test_the_cleanba_row_has_the_ratio_and_podracers_learner_busy_share():
         "benchmark_brax.py",
         "benchmark_muzero.py",
         "benchmark_sebulba.py",
+        "multiprocess.py",
         "peer_purejaxrl.py",
         "results.py",
         "stop_latency.py",

@@ -30,7 +30,7 @@ from podracer.parallel import (
     DEVICE_AXIS,
     LANE_AXIS,
     device_mesh,
-    mean_over_replicas,
+    replica_count,
     shard_map,
     sum_over_replicas,
     vmap_unless_single,
@@ -86,7 +86,9 @@ def _lane_update(agent: Agent, env, rollout_len: int, runner: RunnerState):
     env_state, obs, traj, episodes = rollout(agent, env, rollout_len, params, runner.env_state, runner.obs, rollout_key)
     learner, metrics = agent.learn(runner.learner, traj, update_key)
     runner = RunnerState(learner, env_state, obs, act_key, learn_key)
-    return runner, mean_over_replicas(metrics), sum_over_replicas(episodes.ended_sums())
+    # One collective for both: between processes on CPU each is a gloo round trip.
+    metric_sums, episode_sums = sum_over_replicas((metrics, episodes.ended_sums()))
+    return runner, jax.tree.map(lambda m: m / replica_count(), metric_sums), episode_sums
 
 
 def _lane_init(env, lanes: int, num_envs: int, learner, seed_keys: jax.Array, lane) -> RunnerState:
