@@ -30,43 +30,30 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.mark.slow
-def test_two_processes_end_with_the_parameters_of_one_process_with_eight_devices(tmp_path):
-    run_dir = str(tmp_path / "two")
-    coordinator = f"127.0.0.1:{_free_port()}"
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}  # each process: --cpu-devices 4
-    procs = [
+def _two_processes(arguments, envs=None) -> list[subprocess.Popen]:
+    """Processes 0 and 1 of ``python ARGUMENTS(i)`` (output piped; without XLA_FLAGS unless ``envs`` give one)."""
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    return [
         subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "podracer.cli.main",
-                "anakin",
-                "--preset",
-                "catch_ppo",
-                "--cpu-devices",
-                "4",
-                "--total-env-steps",
-                str(STEPS),
-                "--coordinator",
-                coordinator,
-                "--num-processes",
-                "2",
-                "--process-id",
-                str(i),
-                "--coordinator-timeout",
-                "60",
-                "--logdir",
-                run_dir,
-            ],
+            [sys.executable, *arguments(i)],
             cwd=ROOT,
-            env=env,
+            env=envs[i] if envs else env,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
         )
         for i in range(2)
     ]
+
+
+@pytest.mark.slow
+def test_two_processes_end_with_the_parameters_of_one_process_with_eight_devices(tmp_path):
+    run_dir = str(tmp_path / "two")
+    coordinator = f"127.0.0.1:{_free_port()}"
+    command = ["-m", "podracer.cli.main", "anakin", "--preset", "catch_ppo", "--cpu-devices", "4"]
+    command += ["--total-env-steps", str(STEPS), "--coordinator", coordinator, "--num-processes", "2"]
+    command += ["--coordinator-timeout", "60", "--logdir", run_dir]
+    procs = _two_processes(lambda i: [*command, "--process-id", str(i)])
     outs = [p.communicate(timeout=300) for p in procs]
     for p, (_out, err) in zip(procs, outs):
         assert p.returncode == 0, err[-3000:]
@@ -96,45 +83,10 @@ def test_two_sebulba_processes_average_gradients_across_both_learners(tmp_path):
 
     run_dir = str(tmp_path / "sebulba")
     coordinator = f"127.0.0.1:{_free_port()}"
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    procs = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "podracer.cli.main",
-                "sebulba",
-                "--cpu-devices",
-                "2",
-                "--actor-devices",
-                "0",
-                "--learner-devices",
-                "1",
-                "--envs-per-thread",
-                "8",
-                "--rollout-len",
-                "16",
-                "--total-env-steps",
-                "2048",
-                "--coordinator",
-                coordinator,
-                "--num-processes",
-                "2",
-                "--process-id",
-                str(i),
-                "--coordinator-timeout",
-                "60",
-                "--logdir",
-                run_dir,
-            ],
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for i in range(2)
-    ]
+    command = ["-m", "podracer.cli.main", "sebulba", "--cpu-devices", "2", "--actor-devices", "0"]
+    command += ["--learner-devices", "1", "--envs-per-thread", "8", "--rollout-len", "16", "--total-env-steps", "2048"]
+    command += ["--coordinator", coordinator, "--num-processes", "2", "--coordinator-timeout", "60"]
+    procs = _two_processes(lambda i: [*command, "--process-id", str(i), "--logdir", run_dir])
     outs = [p.communicate(timeout=300) for p in procs]
     for p, (_out, err) in zip(procs, outs):
         assert p.returncode == 0, err[-3000:]
@@ -176,23 +128,14 @@ def _slurm_task(i: int, port: int) -> dict:
 
 
 def _start_catch_pair(run_dir, launcher: str = "by hand", devices_each: int = 2) -> list[subprocess.Popen]:
-    """Two processes of one long catch_ppo run (stderr piped; only process 0 logs)."""
+    """Two processes of one long catch_ppo run (only process 0 logs, to stderr)."""
     port = _free_port()
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     flags = ["--coordinator", f"127.0.0.1:{port}", "--num-processes", "2", "--coordinator-timeout", "60"]
-    command = [sys.executable, "-m", "podracer.cli.main", "anakin", "--preset", "catch_ppo"]
+    command = ["-m", "podracer.cli.main", "anakin", "--preset", "catch_ppo"]
     command += ["--cpu-devices", str(devices_each), "--total-env-steps", "100000000", "--logdir", str(run_dir)]
-    return [
-        subprocess.Popen(
-            [*command, *([*flags, "--process-id", str(i)] if launcher == "by hand" else [])],
-            cwd=ROOT,
-            env=env if launcher == "by hand" else _slurm_task(i, port),
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for i in range(2)
-    ]
+    if launcher == "by hand":
+        return _two_processes(lambda i: [*command, *flags, "--process-id", str(i)])
+    return _two_processes(lambda i: command, envs=[_slurm_task(i, port) for i in range(2)])
 
 
 def _wait_for_line(proc: subprocess.Popen, prefix: str) -> None:
@@ -248,18 +191,7 @@ def test_processes_agree_on_the_stop_and_on_the_fewest_updates_before_each_step(
     """Each process paces its own steps; one that ran fewer updates than another would leave that one waiting in a
     collective for ever (seen before this agreement: two catch_ppo processes of 1M-2M steps stalled in 4 of 7 runs)."""
     coordinator = f"127.0.0.1:{_free_port()}"
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", AGREE, coordinator, str(i)],
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for i in range(2)
-    ]
+    procs = _two_processes(lambda i: ["-c", AGREE, coordinator, str(i)])
     for proc in procs:
         out, err = proc.communicate(timeout=120)
         assert proc.returncode == 0, err[-3000:]
