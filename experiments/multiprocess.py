@@ -20,6 +20,8 @@ import subprocess
 import sys
 import tempfile
 
+from podracer.cli.presets import ANAKIN_PRESETS
+
 LAYOUTS = (("1 process x 1 device", 1, 1), ("1 process x 2 devices", 1, 2), ("2 processes x 1 device", 2, 1))
 
 
@@ -54,11 +56,20 @@ def steps_per_second(processes: int, devices_each: int, podracer_args: list[str]
     return float(found.group(1))
 
 
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--preset", default="catch_ppo", help="an Anakin preset (default catch_ppo)")
-    parser.add_argument("--steps", type=int, default=1_000_000, help="env steps per run (default 1,000,000)")
-    parser.add_argument("--runs", type=int, default=3, help="runs of each layout, alternating (default 3)")
+    parser.add_argument(
+        "--preset", default="catch_ppo", choices=sorted(ANAKIN_PRESETS), help="an Anakin preset (default catch_ppo)"
+    )
+    parser.add_argument("--steps", type=_positive, default=1_000_000, help="env steps per run (default 1,000,000)")
+    parser.add_argument("--runs", type=_positive, default=3, help="runs of each layout, alternating (default 3)")
     args = parser.parse_args(argv)
     podracer_args = ["--preset", args.preset, "--total-env-steps", str(args.steps)]
     measured: dict[str, list[float]] = {name: [] for name, _, _ in LAYOUTS}
@@ -66,7 +77,11 @@ def main(argv: list[str] | None = None) -> int:
         for run in range(args.runs):
             for name, processes, devices_each in LAYOUTS:
                 run_dir = os.path.join(scratch, f"{processes}x{devices_each}-{run}")
-                measured[name].append(steps_per_second(processes, devices_each, podracer_args, run_dir))
+                try:
+                    measured[name].append(steps_per_second(processes, devices_each, podracer_args, run_dir))
+                except RuntimeError as error:
+                    print(f"multiprocess.py: {error}", file=sys.stderr)
+                    return 1
                 print(f"  {name}, run {run + 1}: {measured[name][-1]:,.0f} steps/s", file=sys.stderr, flush=True)
     print(f"| {args.preset}, {args.steps:,} steps | steps/s (median of {args.runs}) | runs |\n|---|---|---|")
     for name, values in measured.items():
