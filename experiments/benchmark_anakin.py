@@ -140,7 +140,7 @@ def parts_worker(args) -> None:
 
     run_rollout = on_one_device(
         lambda state, env_state, obs, key: rollout(
-            agent, env, ROLLOUT_LEN, agent.actor_params(state), env_state, obs, key
+            agent, env, ROLLOUT_LEN, agent.actor_params(state), env_state, obs, agent.initial_core(args.num_envs), key
         )
     )
     learn = on_one_device(agent.learn)
@@ -156,7 +156,7 @@ def parts_worker(args) -> None:
         jax.block_until_ready(out)
         return (time.perf_counter() - start) / calls
 
-    _, _, traj, _ = run_rollout(state, env_state, obs, jax.random.key(2))
+    _, _, _, traj, _ = run_rollout(state, env_state, obs, jax.random.key(2))
     learn_args = (state, traj, jax.random.key(3))
     rollout_s = seconds(run_rollout, state, env_state, obs, jax.random.key(2))
     learn_s = seconds(learn, *learn_args)

@@ -126,7 +126,7 @@ def _inference_alone(agent, env_id: str, num_envs: int, env_config, calls: int =
     floor = jax.jit(lambda packed, obs, key: (obs[:, :1], obs))  # obs[:, :1]: the small output an action is
     results = {}
     for name, call in (
-        ("inference_alone_us", lambda: program.act(packed, obs, key)[0]),
+        ("inference_alone_us", lambda: program.act(packed, obs, key, program.initial_core(num_envs), None)[0]),
         ("call_floor_us", lambda: floor(packed, obs, key)[0]),
     ):
         for _ in range(20):

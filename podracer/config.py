@@ -44,8 +44,8 @@ def check_knobs(config: Any) -> None:
 
     Every float must be finite; a field with a ``minimum`` must reach it and
     one with a ``maximum`` stay within it (an integer: :data:`INT32_MAX` by
-    default); sizes in a tuple (layer widths, channels) must be between 1 and
-    that; a field with ``choices`` must be one of them. Called where a config is
+    default); the integers of a tuple (layer widths, channels, indices) must be
+    between the ``minimum`` (1 unless given) and that; a field with ``choices`` must be one of them. Called where a config is
     consumed, so bad input is refused before anything compiles, from the command
     line or a notebook.
     """
@@ -54,14 +54,18 @@ def check_knobs(config: Any) -> None:
         if isinstance(value, float) and not math.isfinite(value):
             raise ValueError(f"{flag} must be a finite number, got {value}")
         minimum, maximum, choices = (field.metadata.get(key) for key in ("minimum", "maximum", "choices"))
+        if isinstance(value, tuple):
+            low = 1 if minimum is None else minimum
+            if not all(isinstance(v, int) and not isinstance(v, bool) and low <= v <= INT32_MAX for v in value):
+                kind = "sizes" if minimum is None else "integers"
+                raise ValueError(f"{flag} takes {kind} of at least {low}, got {' '.join(map(str, value)) or 'none'}")
+            continue
         if maximum is None and isinstance(value, int) and not isinstance(value, bool):
             maximum = INT32_MAX
         if minimum is not None and value < minimum:
             raise ValueError(f"{flag} must be at least {minimum}, got {value}")
         if maximum is not None and value > maximum:
             raise ValueError(f"{flag} must be at most {maximum}, got {value}")
-        if isinstance(value, tuple) and not all(isinstance(v, int) and 1 <= v <= INT32_MAX for v in value):
-            raise ValueError(f"{flag} takes sizes of at least 1, got {' '.join(map(str, value)) or 'none'}")
         if choices is not None and value not in choices:
             raise ValueError(f"{flag} must be one of {choices}, got {value!r}")
 

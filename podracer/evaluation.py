@@ -59,10 +59,16 @@ class Evaluator(Protocol):
 
 
 def policy(agent: Agent, config: EvalConfig) -> Callable:
-    """``(params, obs[B], key) -> action[B]`` for evaluating ``agent`` (sampling where it has no greedy policy)."""
+    """``(params, obs[B], key, core[B]) -> (action[B], core[B])`` for evaluating ``agent`` (sampling where it has
+    no greedy policy); the core state starts at ``agent.initial_core(B)`` and is carried through an episode."""
     if config.eval_policy == "greedy" and agent.act_greedy is not None:
         return agent.act_greedy
-    return lambda params, obs, key: agent.act(params, obs, key)[0]
+
+    def sample(params, obs, key, core):
+        action, _, core = agent.act(params, obs, key, core)
+        return action, core
+
+    return sample
 
 
 def summary(returns: np.ndarray, env_steps: int) -> dict:

@@ -111,6 +111,14 @@ def global_masked_moments(x: jax.Array, mask: jax.Array) -> tuple[jax.Array, jax
     return mean, jnp.maximum(mean_square - jnp.square(mean), 0.0)
 
 
+def backends_started() -> bool:
+    """Whether JAX has started its backends in this process: from then on its device count and dispatch settings
+    are fixed."""
+    from jax._src import xla_bridge  # the one place JAX tells
+
+    return xla_bridge.backends_are_initialized()
+
+
 def single_replica(fn: Callable) -> Callable:
     """Runs ``fn`` as the only data replica, binding :data:`DATA_AXES` with size 1.
 

@@ -163,8 +163,19 @@ class EpisodeStats(NamedTuple):
         return jnp.sum(done * self.episode_return), jnp.sum(done * self.episode_length), jnp.sum(done)
 
 
+def no_core(batch: int) -> tuple:
+    """A feed-forward agent's core state: nothing."""
+    return ()
+
+
 class Agent(NamedTuple):
     """One learning algorithm as pure functions; runs unchanged on Anakin and Sebulba.
+
+    Acting carries a *core state* per environment: a recurrent policy's memory
+    (``()`` for a feed-forward one). Architectures start it at
+    ``initial_core(B)``, thread it from each ``act`` to the next, and put it back
+    to the initial one before acting on an observation that begins an episode
+    (:func:`reset_core` where :func:`episode_restarts` of the last step).
 
     Attributes:
       init: ``key -> LearnerState``: parameters, optimiser state, counters (and
@@ -172,22 +183,40 @@ class Agent(NamedTuple):
       actor_params: ``LearnerState -> Params``: selects what acting needs,
         nothing more (the part that is copied to actor devices). A selection,
         not a computation: it is also applied to states stacked per device.
-      act: ``(params, obs[B, ...], key) -> (action[B, ...], extras)``: batched
+      act: ``(params, obs[B, ...], key, core[B, ...]) -> (action[B, ...], extras, core[B, ...])``: batched
         inference; ``extras`` is a pytree of ``[B, ...]`` arrays stored in the
-        :class:`Trajectory`.
+        :class:`Trajectory` (a recurrent agent keeps there the core it acted from, to replay from).
       learn: ``(LearnerState, Trajectory, key) -> (LearnerState, Metrics)``:
         one update from one replica's share of the batch. It runs on every data
         replica at once (inside ``shard_map``, and ``vmap`` over update lanes)
         and averages gradients over :data:`podracer.parallel.DATA_AXES`, so the
         architecture must bind both axis names. ``key`` is the same on every
         replica. Metrics are scalars.
-      act_greedy: ``(params, obs[B, ...], key) -> action[B, ...]``: the action the
+      act_greedy: ``(params, obs[B, ...], key, core) -> (action[B, ...], core)``: the action the
         agent rates best, for evaluation (the most likely action, the
         Gaussian's mean, the search's most visited action); ``None`` if it has none.
+      initial_core: ``B -> core[B, ...]``, the core state of a fresh episode.
     """
 
     init: Callable[[PRNGKey], LearnerState]
     actor_params: Callable[[LearnerState], Params]
-    act: Callable[[Params, ArrayTree, PRNGKey], tuple[Array, ArrayTree]]
+    act: Callable[[Params, ArrayTree, PRNGKey, ArrayTree], tuple[Array, ArrayTree, ArrayTree]]
     learn: Callable[[LearnerState, Trajectory, PRNGKey], tuple[LearnerState, Metrics]]
-    act_greedy: Callable[[Params, ArrayTree, PRNGKey], Array] | None = None
+    act_greedy: Callable[[Params, ArrayTree, PRNGKey, ArrayTree], tuple[Array, ArrayTree]] | None = None
+    initial_core: Callable[[int], ArrayTree] = no_core
+
+
+def episode_restarts(valid: Array, discount: Array) -> Array:
+    """Where the observation a step returned begins an episode (``[...]`` bool): after a reset step (``~valid``)
+    and after a termination (Anakin resets at once; on Sebulba that observation is the final one, acted on with
+    the action ignored, so a fresh core there changes nothing learnt)."""
+    return ~valid | (discount == 0.0)
+
+
+def reset_core(core: ArrayTree, initial: ArrayTree, restart: Array) -> ArrayTree:
+    """``core`` (leaves ``[B, ...]``) with the ``initial`` core where ``restart`` (``[B]`` bool)."""
+
+    def pick(fresh, kept):
+        return jnp.where(restart.reshape(restart.shape + (1,) * (kept.ndim - 1)), fresh, kept)
+
+    return jax.tree.map(pick, initial, core)

@@ -122,8 +122,8 @@ def _nan_agent(bad_update):
         update = state + 1
         return update, {"loss": jnp.where(update >= bad_update, jnp.nan, 0.0)}
 
-    def act(params, obs, key):
-        return jnp.zeros(obs.shape[0], jnp.int32), {}
+    def act(params, obs, key, core):
+        return jnp.zeros(obs.shape[0], jnp.int32), {}, core
 
     return Agent(init=lambda key: jnp.int32(0), actor_params=lambda s: s, act=act, learn=learn)
 

@@ -62,7 +62,7 @@ def test_actor_critic_agents_act_and_learn_with_continuous_actions(make_config, 
     agent = make_agent(name, config, VECTOR_SPEC, BatchShape(10, 8, 4))
     state = agent.init(jax.random.key(0))
     obs = jax.random.normal(jax.random.key(1), (9, 4, 3)) * 5 + 3
-    actions, extras = jax.vmap(lambda o, k: agent.act(agent.actor_params(state), o, k))(
+    actions, extras, _ = jax.vmap(lambda o, k: agent.act(agent.actor_params(state), o, k, ()))(
         obs[:-1], jax.random.split(jax.random.key(2), 8)
     )
     assert actions.shape == (8, 4, 2) and extras["sample"].shape == (8, 4, 2) and extras["log_prob"].shape == (8, 4)

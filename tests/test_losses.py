@@ -192,9 +192,9 @@ def test_ppo_with_a_shared_torso_learns_from_the_values_its_actors_computed():
     traj = _uniform_behaviour_trajectory(T, B)
     state = agent.init(jax.random.key(0))
     params = agent.actor_params(state)
-    acted = [agent.act(params, obs, jax.random.key(t)) for t, obs in enumerate(traj.obs[:-1])]
-    extras = jax.tree.map(lambda *steps: jnp.stack(steps), *[extras for _, extras in acted])
-    traj = traj._replace(action=jnp.stack([action for action, _ in acted]), extras=extras)
+    acted = [agent.act(params, obs, jax.random.key(t), ()) for t, obs in enumerate(traj.obs[:-1])]
+    extras = jax.tree.map(lambda *steps: jnp.stack(steps), *[extras for _, extras, _ in acted])
+    traj = traj._replace(action=jnp.stack([action for action, _, _ in acted]), extras=extras)
     network = actor_critic.build(config, spec, None).network
     values = network.apply(state.params, traj.obs.reshape(-1, 6), method=ActorCritic.value).reshape(T + 1, B)
     np.testing.assert_allclose(extras["value"], values[:-1], rtol=1e-5, atol=1e-6)
@@ -208,8 +208,8 @@ def test_ppo_with_a_shared_torso_learns_from_the_values_its_actors_computed():
     shifted = traj._replace(extras={**extras, "value": extras["value"] + 1.0})  # the learner reads these
     assert not np.isclose(learn(state, shifted, jax.random.key(1))[1]["value_loss"], metrics["value_loss"])
     two_torsos = make_ppo(dataclasses.replace(config, shared_torso=False), spec)
-    _, two_torso_extras = two_torsos.act(
-        two_torsos.actor_params(two_torsos.init(jax.random.key(0))), traj.obs[0], jax.random.key(0)
+    _, two_torso_extras, _ = two_torsos.act(
+        two_torsos.actor_params(two_torsos.init(jax.random.key(0))), traj.obs[0], jax.random.key(0), ()
     )
     assert set(two_torso_extras) == {"log_prob"}
 

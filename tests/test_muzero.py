@@ -32,8 +32,9 @@ def test_search_returns_valid_policies_with_and_without_masks(search):
     masked = agent.search(params, obs, jax.random.key(3), invalid)
     assert not np.asarray(invalid)[np.arange(6), np.asarray(masked.action)].any()
     np.testing.assert_allclose(np.asarray(masked.action_weights)[np.asarray(invalid)], 0.0, atol=1e-6)
-    action, extras = agent.act(params, obs, jax.random.key(4))
+    action, extras, core = agent.act(params, obs, jax.random.key(4), ())
     assert action.shape == (6,) and extras["search_policy"].shape == (6, 3) and extras["search_value"].shape == (6,)
+    assert core == () and agent.initial_core(6) == ()  # feed-forward: no core state
 
 
 def test_value_transform_round_trips():

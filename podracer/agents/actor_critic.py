@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import jax
 import jax.flatten_util
@@ -13,13 +14,22 @@ import jax.numpy as jnp
 import optax
 
 from podracer.agents import normalization
-from podracer.agents.networks import ACTIVATIONS, TORSOS, ActorCritic, make_torso, resolve_torso
+from podracer.agents.networks import (
+    ACTIVATIONS,
+    CORES,
+    TORSOS,
+    ActorCritic,
+    RecurrentActorCritic,
+    make_torso,
+    recurrent_cell,
+    resolve_torso,
+)
 from podracer.agents.normalization import RunningMoments
 from podracer.agents.policies import CategoricalPolicy, GaussianConfig, GaussianPolicy, make_policy
 from podracer.agents.sgd import UNROLL_CHOICES
 from podracer.config import check_knobs, flag_name, knob
 from podracer.parallel import mean_over_replicas
-from podracer.types import EnvSpec, Params, Trajectory
+from podracer.types import EnvSpec, Params, Trajectory, episode_restarts, no_core, reset_core
 
 OPTIMIZERS = ("adam", "rmsprop")
 
@@ -44,7 +54,14 @@ class ActorCriticConfig(GaussianConfig):
     torso: str = knob("auto", f"network torso, one of {TORSOS}; auto: MLP for vectors, conv for images")
     hidden_sizes: tuple[int, ...] = knob((64, 64), "MLP torso layer sizes")
     activation: str = knob("tanh", "MLP torso activation", choices=tuple(ACTIVATIONS))
-    shared_torso: bool = knob(False, "actor and critic share one torso (else each has its own)")
+    shared_torso: bool = knob(False, "actor and critic share one torso (else each has its own; with --core, shared)")
+    core: str = knob(
+        "none",
+        "a recurrent core between the torso and the heads, shared by actor and critic: lstm, gru, or none "
+        "(feed-forward)",
+        choices=CORES,
+    )
+    core_size: int = knob(128, "units of the recurrent core (--core lstm|gru)", minimum=1)
     normalize_observations: bool = knob(
         False,
         "standardise vector observations by running statistics of every "
@@ -109,6 +126,11 @@ class ActorCriticParts(NamedTuple):
     has_conv: bool
     config: ActorCriticConfig
     learner_slice: int | None = None  # rows per network application in the learner (None: the whole batch)
+    initial_core: Callable[[int], Any] = no_core  # B -> the core state of a fresh episode (recurrent networks)
+
+    @property
+    def recurrent(self) -> bool:
+        return self.config.core != "none"
 
 
 def learner_slice(spec: EnvSpec, has_conv: bool) -> int | None:
@@ -150,7 +172,17 @@ def build(config: ActorCriticConfig, spec: EnvSpec, optimizer_steps: int | None)
         )
     torso = resolve_torso(config.torso, spec)
     policy = make_policy(spec, config)
-    network = ActorCritic(make_torso(torso, config.hidden_sizes, config.activation), policy.head, config.shared_torso)
+    make = make_torso(torso, config.hidden_sizes, config.activation)
+    initial_core = no_core
+    if config.core == "none":
+        network = ActorCritic(make, policy.head, config.shared_torso)
+    else:
+        network = RecurrentActorCritic(make, policy.head, config.core, config.core_size)
+        cell = recurrent_cell(config.core, config.core_size)
+
+        def initial_core(batch: int):
+            return cell.initialize_carry(jax.random.key(0), (batch, 1))  # zeros; the input size is not used
+
     learning_rate = config.learning_rate
     if config.anneal_lr and optimizer_steps:
         learning_rate = optax.linear_schedule(config.learning_rate, 0.0, optimizer_steps)
@@ -160,13 +192,15 @@ def build(config: ActorCriticConfig, spec: EnvSpec, optimizer_steps: int | None)
         scale = optax.adam(learning_rate, eps=config.adam_eps)
     optimizer = optax.flatten(optax.chain(optax.clip_by_global_norm(config.max_grad_norm), scale))
     has_conv = torso != "mlp"
-    return ActorCriticParts(network, policy, optimizer, has_conv, config, learner_slice(spec, has_conv))
+    return ActorCriticParts(network, policy, optimizer, has_conv, config, learner_slice(spec, has_conv), initial_core)
 
 
 def make_init(parts: ActorCriticParts, spec: EnvSpec):
     def init(key: jax.Array) -> LearnerState:
         dummy = jnp.zeros((1, *spec.observation.shape), spec.observation.dtype)
-        params = parts.network.init(key, dummy)
+        params = (
+            parts.network.init(key, parts.initial_core(1), dummy) if parts.recurrent else parts.network.init(key, dummy)
+        )
         moments = RunningMoments.initial(spec.observation.shape) if parts.config.normalize_observations else ()
         return LearnerState(params, parts.optimizer.init(params), jnp.int32(0), moments)
 
@@ -183,30 +217,63 @@ def _observe(moments: RunningMoments | tuple, obs: jax.Array) -> jax.Array:
 
 def make_act(parts: ActorCriticParts, with_value: bool = False):
     """Samples from the policy: actions ``[B, ...]``, extras with the behaviour log-probability ``[B]`` and,
-    ``with_value``, the state values ``[B]`` (one more dense head when the torso is shared)."""
+    ``with_value``, the state values ``[B]`` (one more dense head when the torso is shared); a recurrent network
+    keeps instead the core it acted from (``extras["core"]``), for the learner to replay the sequence from."""
 
-    def act(params: ActingParams, obs: jax.Array, key: jax.Array):
+    def act(params: ActingParams, obs: jax.Array, key: jax.Array, core):
+        if parts.recurrent:
+            new_core, (policy_out, _) = parts.network.apply(params.network, core, _observe(params.obs_moments, obs))
+            action, extras = parts.policy.sample(policy_out, key)
+            return action, {**extras, "core": core}, new_core
         if not with_value:
-            return parts.policy.sample(_policy_out(parts, params, obs), key)
+            return (*parts.policy.sample(_policy_out(parts, params, obs), key), core)
         policy_out, value = parts.network.apply(params.network, _observe(params.obs_moments, obs))
         action, extras = parts.policy.sample(policy_out, key)
-        return action, {**extras, "value": value}
+        return action, {**extras, "value": value}, core
 
     return act
 
 
 def make_act_greedy(parts: ActorCriticParts):
-    """The most likely action (discrete) or the Gaussian's mean in the bounds (continuous), ``[B, ...]``."""
+    """The most likely action (discrete) or the Gaussian's mean in the bounds (continuous), ``[B, ...]``, and the
+    core state after it."""
 
-    def act_greedy(params: ActingParams, obs: jax.Array, key: jax.Array):
+    def act_greedy(params: ActingParams, obs: jax.Array, key: jax.Array, core):
         del key
-        return parts.policy.greedy(_policy_out(parts, params, obs))
+        if parts.recurrent:
+            core, (policy_out, _) = parts.network.apply(params.network, core, _observe(params.obs_moments, obs))
+            return parts.policy.greedy(policy_out), core
+        return parts.policy.greedy(_policy_out(parts, params, obs)), core
 
     return act_greedy
 
 
 def _policy_out(parts: ActorCriticParts, params: ActingParams, obs: jax.Array):
     return parts.network.apply(params.network, _observe(params.obs_moments, obs), method=ActorCritic.policy)
+
+
+def sequence_outputs(parts: ActorCriticParts, params: Params, obs: jax.Array, traj: Trajectory):
+    """The policy outputs and values ``[L, B]`` of ``obs [L, B, ...]``: the first ``L`` observations of ``traj``
+    (``L`` is ``T`` or ``T + 1``), taken as the learner takes them (normalised: :func:`prepare_batch`).
+
+    A recurrent network replays the sequence from the core its actor had at ``obs[0]`` (``traj.extras["core"]``),
+    back to the initial core after every episode restart, as acting did; a feed-forward one sees each
+    observation alone.
+    """
+    if not parts.recurrent:
+        return time_major(lambda x: apply_network(parts, params, x))(obs)
+    length, batch = obs.shape[:2]
+    restarts = jnp.concatenate([jnp.zeros((1, batch), bool), episode_restarts(traj.valid, traj.discount)[: length - 1]])
+    features = time_major(lambda x: apply_network(parts, params, x, RecurrentActorCritic.embed))(obs)
+    initial = parts.initial_core(batch)
+
+    def step(core, inputs):
+        x, restart = inputs
+        return parts.network.apply(params, reset_core(core, initial, restart), x, method=RecurrentActorCritic.step)
+
+    start = jax.tree.map(lambda x: x[0], traj.extras["core"])
+    _, outputs = jax.lax.scan(step, start, (features, restarts))
+    return time_major(lambda y: parts.network.apply(params, y, method=RecurrentActorCritic.heads))(outputs)
 
 
 def prepare_batch(parts: ActorCriticParts, state: LearnerState, traj: Trajectory) -> tuple[LearnerState, Trajectory]:

@@ -1,4 +1,9 @@
-"""IMPALA actor-critic with V-trace off-policy corrections (rlax)."""
+"""IMPALA actor-critic with V-trace off-policy corrections (rlax).
+
+Minibatches are whole sequences of some of the environments, so a recurrent core (``--core``) replays each from
+the core its actor started it with (IMPALA's and SEED RL's stored state; on-policy enough that no burn-in is
+taken).
+"""
 
 from __future__ import annotations
 
@@ -98,9 +103,7 @@ def make_impala(config: ImpalaConfig, spec: EnvSpec, shape: BatchShape = BatchSh
     unroll = resolve_unroll(config.minibatch_loop)
 
     def loss_fn(params, traj: Trajectory):
-        policy_out, values = actor_critic.time_major(lambda obs: actor_critic.apply_network(parts, params, obs))(
-            traj.obs
-        )
+        policy_out, values = actor_critic.sequence_outputs(parts, params, traj.obs, traj)
         policy_out = jax.tree.map(lambda x: x[:-1], policy_out)
         log_prob, entropy = policy.log_prob_and_entropy(policy_out, traj.action, traj.extras)
         loss, metrics = vtrace_loss(log_prob, entropy, values, traj, config)
@@ -137,4 +140,5 @@ def make_impala(config: ImpalaConfig, spec: EnvSpec, shape: BatchShape = BatchSh
         act=actor_critic.make_act(parts),
         learn=learn,
         act_greedy=actor_critic.make_act_greedy(parts),
+        initial_core=parts.initial_core,
     )

@@ -31,7 +31,7 @@ from podracer.agents.muzero_networks import MuZeroMLP, MuZeroResNet
 from podracer.agents.replay import Replay, can_sample, replay_add, replay_init, replay_sample, update_priorities
 from podracer.config import check_knobs, flag_name, knob
 from podracer.parallel import masked_mean, mean_over_replicas, replica_count, replica_index
-from podracer.types import Agent, BatchShape, EnvSpec, Params, Trajectory
+from podracer.types import BatchShape, EnvSpec, Params, Trajectory, no_core
 
 SEARCHES = ("gumbel", "muzero")
 TARGET_UPDATES = ("ema", "periodic")
@@ -86,13 +86,15 @@ class MuZeroState(NamedTuple):
 
 
 class MuZeroAgent(NamedTuple):
-    """An :class:`Agent` (its first five fields) that also exposes its search, for masks and tests."""
+    """An :class:`Agent` (its first six fields; feed-forward: its core state is ``()``) that also exposes its
+    search, for masks and tests."""
 
     init: Callable[[jax.Array], MuZeroState]
     actor_params: Callable[[MuZeroState], Params]
-    act: Callable[[Params, jax.Array, jax.Array], tuple[jax.Array, dict]]
+    act: Callable[[Params, jax.Array, jax.Array, tuple], tuple[jax.Array, dict, tuple]]
     learn: Callable[[MuZeroState, Trajectory, jax.Array], tuple[MuZeroState, dict]]
-    act_greedy: Callable[[Params, jax.Array, jax.Array], jax.Array]
+    act_greedy: Callable[[Params, jax.Array, jax.Array, tuple], tuple[jax.Array, tuple]]
+    initial_core: Callable[[int], tuple]
     search: Callable[..., mctx.PolicyOutput]  # (params, obs [B, ...], key, invalid_actions [B, A] | None)
 
 
@@ -419,11 +421,11 @@ def make_muzero(config: MuZeroConfig, spec: EnvSpec, shape: BatchShape = BatchSh
     )
     search = make_search(config, model)
 
-    def act(params, obs, key):
+    def act(params, obs, key, core):
         """Acts by search; extras: ``search_policy [B, A]`` (the action weights), ``search_value [B]``."""
         out = search(params, obs, key)
         extras = {"search_policy": out.action_weights, "search_value": out.search_tree.summary().value}
-        return out.action.astype(jnp.int32), extras
+        return out.action.astype(jnp.int32), extras, core
 
     def init(key) -> MuZeroState:
         dummy = jnp.zeros((1, *spec.observation.shape), spec.observation.dtype)
@@ -432,10 +434,9 @@ def make_muzero(config: MuZeroConfig, spec: EnvSpec, shape: BatchShape = BatchSh
         zero = jnp.int32(0)
         return MuZeroState(params, params, optimizer.init(params), replay, zero, zero)
 
-    def act_greedy(params, obs, key):
+    def act_greedy(params, obs, key, core):
         """The action the search weighs most (its improved policy's mode)."""
-        return jnp.argmax(search(params, obs, key).action_weights, axis=-1).astype(jnp.int32)
+        return jnp.argmax(search(params, obs, key).action_weights, axis=-1).astype(jnp.int32), core
 
     learn = make_learn(config, make_loss(config, model, spec.num_actions), optimizer)
-    agent = Agent(init=init, actor_params=lambda state: state.params, act=act, learn=learn, act_greedy=act_greedy)
-    return MuZeroAgent(*agent, search=search)
+    return MuZeroAgent(init, lambda state: state.params, act, learn, act_greedy, no_core, search)

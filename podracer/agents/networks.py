@@ -1,4 +1,4 @@
-"""Flax networks: torsos for vector and image observations, and an actor-critic head.
+"""Flax networks: torsos for vector and image observations, recurrent cores, and actor-critic heads.
 
 Every module takes a batch ``[N, *obs_shape]`` and returns ``[N, ...]``.
 Image observations are channels-last ``[H, W, C]``; uint8 pixels are scaled to [0, 1].
@@ -18,6 +18,7 @@ from podracer.agents import conv
 from podracer.types import EnvSpec
 
 TORSOS = ("auto", "mlp", "conv", "nature_cnn", "impala_resnet")
+CORES = ("none", "lstm", "gru")
 ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {"tanh": nn.tanh, "relu": nn.relu}
 
 
@@ -177,3 +178,48 @@ class ActorCritic(nn.Module):
         actor_features = self.actor_torso(obs)
         critic_features = actor_features if self.shared_torso else self.critic_torso(obs)
         return self.policy_head(actor_features), self.value_head(critic_features)[:, 0]
+
+
+def recurrent_cell(core: str, size: int) -> nn.RNNCellBase:
+    """flax's LSTM (``lstm``, its carry a pair ``(c, h)``) or GRU (``gru``, ``h``) cell of ``size`` units."""
+    cells = {"lstm": nn.OptimizedLSTMCell, "gru": nn.GRUCell}
+    if core not in cells:
+        raise ValueError(f"unknown recurrent core {core!r}: choose one of {CORES[1:]}")
+    return cells[core](features=size)
+
+
+class RecurrentActorCritic(nn.Module):
+    """A torso, a recurrent core and the policy and value heads on the core's output.
+
+    Actor and critic share the torso and the core (as IMPALA's and PureJaxRL's
+    recurrent agents do), so one step of the core serves both heads.
+
+    ``__call__: (core [B, ...], obs [B, ...]) -> (core, (policy out, values [B]))`` is one acting step; the
+    learner replays a sequence with :meth:`embed` (``[N, ...] -> [N, F]``, all steps at once), :meth:`step`
+    (``(core, [B, F]) -> (core, [B, H])``, one step at a time) and :meth:`heads` (``[N, H]`` -> policy out and
+    values ``[N]``).
+    """
+
+    torso: Callable[[], nn.Module]
+    policy_head_factory: Callable[[], nn.Module]
+    core: str = "lstm"
+    core_size: int = 128
+
+    def setup(self):
+        self.encoder = self.torso()
+        self.cell = recurrent_cell(self.core, self.core_size)
+        self.policy_head = self.policy_head_factory()
+        self.value_head = nn.Dense(1, kernel_init=_orthogonal(1.0))
+
+    def embed(self, obs):
+        return self.encoder(obs)
+
+    def step(self, core, features):
+        return self.cell(core, features)
+
+    def heads(self, outputs):
+        return self.policy_head(outputs), self.value_head(outputs)[:, 0]
+
+    def __call__(self, core, obs):
+        core, outputs = self.step(core, self.embed(obs))
+        return core, self.heads(outputs)

@@ -1,6 +1,8 @@
 """PPO: clipped surrogate objective, GAE, epochs x minibatches, entropy bonus, value clipping.
 
 With a shared torso, GAE takes the values the actors computed beside the policy (the behaviour values).
+With a recurrent core (``--core``), minibatches are whole sequences of some of the environments (split along
+environments, never along time) and the network replays each from the core its actor started it with.
 """
 
 from __future__ import annotations
@@ -77,6 +79,13 @@ def ppo_loss(
 
 
 def _check_minibatches(config: PPOConfig, rollout_len: int, num_envs: int) -> None:
+    if config.core != "none" and num_envs % config.num_minibatches:
+        raise ValueError(
+            f"PPO with --core {config.core}: minibatches are whole sequences of some of the {num_envs} "
+            f"environments of each replica, which --num-minibatches {config.num_minibatches} does not divide; "
+            "pick a divisor of that number, or change the environments per replica (anakin: --num-envs; "
+            "sebulba: --envs-per-thread)"
+        )
     if (rollout_len * num_envs) % config.num_minibatches:
         raise ValueError(
             f"PPO: each replica learns from rollout_len x envs = {rollout_len} x {num_envs} = "
@@ -88,7 +97,10 @@ def _check_minibatches(config: PPOConfig, rollout_len: int, num_envs: int) -> No
 
 def _values(parts: actor_critic.ActorCriticParts, params, traj: Trajectory, acting_values: bool) -> jax.Array:
     """``[T + 1, B]`` values of ``traj.obs``: the actors' (``extras["value"]``) where acting computed them, with
-    only the bootstrap observation's computed here; else all of them."""
+    only the bootstrap observation's computed here; else all of them (a recurrent network replaying the whole
+    sequence)."""
+    if parts.recurrent:
+        return actor_critic.sequence_outputs(parts, params, traj.obs, traj)[1]
     if acting_values:
         bootstrap = actor_critic.apply_network(parts, params, traj.obs[-1], ActorCritic.value)
         return jnp.concatenate([traj.extras["value"], bootstrap[None]])
@@ -107,10 +119,14 @@ def make_ppo(config: PPOConfig, spec: EnvSpec, shape: BatchShape = BatchShape())
     # With one torso for policy and value, acting computes the values too for a dense head more, and the
     # learner is spared a forward pass over the batch (as CleanRL's and Cleanba's PPO keep the rollout's
     # values); with two torsos the critic's would double the actors' work, so the learner computes them.
-    acting_values = config.shared_torso
+    acting_values = config.shared_torso and not parts.recurrent
 
     def minibatch_loss(params, mb):
-        policy_out, values = actor_critic.apply_network(parts, params, mb["obs"])
+        if parts.recurrent:  # mb: [T, b] sequences of b environments
+            policy_out, values = actor_critic.sequence_outputs(parts, params, mb["obs"], mb["trajectory"])
+            policy_out, values, mb = jax.tree.map(lambda x: x.reshape((-1, *x.shape[2:])), (policy_out, values, mb))
+        else:  # mb: [N] transitions
+            policy_out, values = actor_critic.apply_network(parts, params, mb["obs"])
         log_prob, entropy = policy.log_prob_and_entropy(policy_out, mb["action"], mb["extras"])
         return ppo_loss(
             log_prob,
@@ -143,10 +159,23 @@ def make_ppo(config: PPOConfig, spec: EnvSpec, shape: BatchShape = BatchShape())
             "target": advantage + values[:-1],
             "valid": traj.valid,
         }
-        flat = jax.tree.map(lambda x: x.reshape((-1, *x.shape[2:])), batch)
-        state, metrics = shuffled_minibatches(
-            sgd_step, state, flat, key, config.num_epochs, config.num_minibatches, unroll
-        )
+        if parts.recurrent:  # sequences, shuffled along environments
+            sequences = Trajectory((), (), (), traj.discount, traj.valid, {"core": traj.extras["core"]})  # to replay
+            state, metrics = shuffled_minibatches(
+                sgd_step,
+                state,
+                {**batch, "trajectory": sequences},
+                key,
+                config.num_epochs,
+                config.num_minibatches,
+                unroll,
+                axis=1,
+            )
+        else:
+            flat = jax.tree.map(lambda x: x.reshape((-1, *x.shape[2:])), batch)
+            state, metrics = shuffled_minibatches(
+                sgd_step, state, flat, key, config.num_epochs, config.num_minibatches, unroll
+            )
         state = state._replace(update=state.update + 1)
         return state, jax.tree.map(jnp.mean, metrics)
 
@@ -156,4 +185,5 @@ def make_ppo(config: PPOConfig, spec: EnvSpec, shape: BatchShape = BatchShape())
         act=actor_critic.make_act(parts, with_value=acting_values),
         learn=learn,
         act_greedy=actor_critic.make_act_greedy(parts),
+        initial_core=parts.initial_core,
     )

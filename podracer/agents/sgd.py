@@ -53,27 +53,32 @@ def shuffled_minibatches(
     num_epochs: int,
     num_minibatches: int,
     unroll: bool | int = 1,
+    axis: int = 0,
 ):
     """Runs ``step(carry, minibatch) -> (carry, metrics)`` over shuffled minibatches.
 
     Args:
-      batch: pytree of ``[N, ...]`` arrays; ``num_minibatches`` must divide ``N``.
+      batch: pytree of arrays split along ``axis`` (of size ``N``, which ``num_minibatches`` must divide): ``[N,
+        ...]`` transitions, or with ``axis=1`` ``[T, N, ...]`` sequences of ``N`` environments, each minibatch then
+        ``[T, N / num_minibatches, ...]``.
       num_epochs: passes over ``batch``, each in a fresh random order.
 
     Returns:
       ``(carry, metrics)`` with metrics stacked ``[num_epochs * num_minibatches]``.
     """
-    n = jax.tree.leaves(batch)[0].shape[0]
+    n = jax.tree.leaves(batch)[0].shape[axis]
     if n % num_minibatches:
         raise ValueError(f"{num_minibatches} minibatches do not divide a batch of {n}")
+
+    def split(x, order):
+        x = jnp.take(x, order, axis=axis)
+        x = x.reshape((*x.shape[:axis], num_minibatches, -1, *x.shape[axis + 1 :]))
+        return jnp.moveaxis(x, axis, 0)
 
     def epoch(carry, key):
         # One gather per epoch, then static slices: cheaper than a gather per minibatch.
         order = random_permutation(key, n)
-        minibatches = jax.tree.map(
-            lambda x: jnp.take(x, order, axis=0).reshape((num_minibatches, -1, *x.shape[1:])), batch
-        )
-        return jax.lax.scan(step, carry, minibatches, unroll=unroll)
+        return jax.lax.scan(step, carry, jax.tree.map(lambda x: split(x, order), batch), unroll=unroll)
 
     carry, metrics = jax.lax.scan(epoch, carry, jax.random.split(key, num_epochs), unroll=unroll)
     return carry, jax.tree.map(lambda m: m.reshape((-1, *m.shape[2:])), metrics)

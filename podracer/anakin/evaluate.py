@@ -32,19 +32,21 @@ def episode_returns(agent: Agent, env, config: EvalConfig):
         none = jnp.zeros(episodes, bool)
 
         def unfinished(carry):
-            t, _, _, finished, _, _ = carry
+            t, _, _, _, finished, _, _ = carry
             return (t < limit) & ~jnp.all(finished)
 
-        def step(carry):
-            t, state, obs, finished, returns, key = carry
+        def step(carry):  # each environment plays one episode: its core needs no reset
+            t, state, obs, core, finished, returns, key = carry
             key, step_key = jax.random.split(key)
-            state, ts = env.step_batch(state, act(params, obs, step_key))
+            action, core = act(params, obs, step_key, core)
+            state, ts = env.step_batch(state, action)
             ended = ts.episode.done & ~finished
             returns = jnp.where(ended, ts.episode.episode_return, returns)
-            return t + 1, state, ts.obs, finished | ended, returns, key
+            return t + 1, state, ts.obs, core, finished | ended, returns, key
 
-        carry = (jnp.int32(0), state, obs, none, jnp.zeros(episodes, jnp.float32), act_key)
-        _, _, _, finished, returns, _ = jax.lax.while_loop(unfinished, step, carry)
+        core = agent.initial_core(episodes)
+        carry = (jnp.int32(0), state, obs, core, none, jnp.zeros(episodes, jnp.float32), act_key)
+        _, _, _, _, finished, returns, _ = jax.lax.while_loop(unfinished, step, carry)
         return returns, finished
 
     @jax.jit

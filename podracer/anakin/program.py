@@ -35,7 +35,7 @@ from podracer.parallel import (
     sum_over_replicas,
     vmap_unless_single,
 )
-from podracer.types import Agent, Trajectory
+from podracer.types import Agent, Trajectory, episode_restarts, reset_core
 
 
 class RunnerState(NamedTuple):
@@ -44,6 +44,7 @@ class RunnerState(NamedTuple):
     learner: Any  # the agent's LearnerState (identical on every lane and device)
     env_state: Any  # [B, ...] auto-reset environment states
     obs: Any  # [B, ...] observations to act on next
+    core: Any  # [B, ...] the agent's core state to act on them with (a recurrent policy's memory; else ())
     act_key: jax.Array  # this lane's own key for acting
     learn_key: jax.Array  # shared by every lane and device of a seed
 
@@ -62,20 +63,24 @@ def anakin_mesh(devices, lanes: int) -> Mesh:
     return device_mesh(devices, lane_axis=lanes == 1)
 
 
-def rollout(agent: Agent, env, rollout_len: int, params, env_state, obs, key):
-    """``rollout_len`` steps of acting and stepping the ``[B]`` environments; returns the state to go on
-    from, the :class:`Trajectory` (``obs [T + 1, B, ...]``) and the ``[T, B]`` episode statistics."""
+def rollout(agent: Agent, env, rollout_len: int, params, env_state, obs, core, key):
+    """``rollout_len`` steps of acting and stepping the ``[B]`` environments; returns the environment state,
+    observations and core state to go on from, the :class:`Trajectory` (``obs [T + 1, B, ...]``) and the ``[T,
+    B]`` episode statistics. The core goes back to the initial one where an episode restarts."""
+    initial = agent.initial_core(jax.tree.leaves(obs)[0].shape[0])
 
     def step(carry, step_key):
-        env_state, obs = carry
-        action, extras = agent.act(params, obs, step_key)
+        env_state, obs, core = carry
+        action, extras, core = agent.act(params, obs, step_key, core)
         env_state, ts = env.step_batch(env_state, action)
-        return (env_state, ts.obs), (obs, action, ts.reward, ts.discount, ts.valid, extras, ts.episode)
+        core = reset_core(core, initial, episode_restarts(ts.valid, ts.discount))
+        return (env_state, ts.obs, core), (obs, action, ts.reward, ts.discount, ts.valid, extras, ts.episode)
 
-    (env_state, last_obs), steps = jax.lax.scan(step, (env_state, obs), jax.random.split(key, rollout_len))
+    carry = (env_state, obs, core)
+    (env_state, last_obs, core), steps = jax.lax.scan(step, carry, jax.random.split(key, rollout_len))
     obs_seq, action, reward, discount, valid, extras, episodes = steps
     all_obs = jax.tree.map(lambda seq, last: jnp.concatenate([seq, last[None]]), obs_seq, last_obs)
-    return env_state, last_obs, Trajectory(all_obs, action, reward, discount, valid, extras), episodes
+    return env_state, last_obs, core, Trajectory(all_obs, action, reward, discount, valid, extras), episodes
 
 
 def _lane_update(agent: Agent, env, rollout_len: int, runner: RunnerState):
@@ -83,15 +88,17 @@ def _lane_update(agent: Agent, env, rollout_len: int, runner: RunnerState):
     act_key, rollout_key = jax.random.split(runner.act_key)
     learn_key, update_key = jax.random.split(runner.learn_key)
     params = agent.actor_params(runner.learner)
-    env_state, obs, traj, episodes = rollout(agent, env, rollout_len, params, runner.env_state, runner.obs, rollout_key)
+    env_state, obs, core, traj, episodes = rollout(
+        agent, env, rollout_len, params, runner.env_state, runner.obs, runner.core, rollout_key
+    )
     learner, metrics = agent.learn(runner.learner, traj, update_key)
-    runner = RunnerState(learner, env_state, obs, act_key, learn_key)
+    runner = RunnerState(learner, env_state, obs, core, act_key, learn_key)
     # One collective for both: between processes on CPU each is a gloo round trip.
     metric_sums, episode_sums = sum_over_replicas((metrics, episodes.ended_sums()))
     return runner, jax.tree.map(lambda m: m / replica_count(), metric_sums), episode_sums
 
 
-def _lane_init(env, lanes: int, num_envs: int, learner, seed_keys: jax.Array, lane) -> RunnerState:
+def _lane_init(agent: Agent, env, lanes: int, num_envs: int, learner, seed_keys: jax.Array, lane) -> RunnerState:
     """A lane's first state around the seed's ``learner``, from the seed's ``[4]`` keys (learner, environments,
     acting, learning): every environment of every replica gets its own key."""
     _, env_key, act_key, learn_key = seed_keys
@@ -99,7 +106,8 @@ def _lane_init(env, lanes: int, num_envs: int, learner, seed_keys: jax.Array, la
     env_ids = replica * num_envs + jnp.arange(num_envs)
     env_keys = jax.vmap(lambda i: jax.random.fold_in(env_key, i))(env_ids)
     env_state, obs = jax.vmap(env.reset)(env_keys)
-    return RunnerState(learner, env_state, obs, jax.random.fold_in(act_key, replica), learn_key)
+    core = agent.initial_core(num_envs)
+    return RunnerState(learner, env_state, obs, core, jax.random.fold_in(act_key, replica), learn_key)
 
 
 def _init_learners(agent: Agent, learner_keys: jax.Array):
@@ -134,7 +142,7 @@ def make_anakin(agent: Agent, env, geometry: AnakinGeometry, mesh: Mesh, loop_on
     """
     lanes, seeds = geometry.lanes, geometry.num_seeds
     lane_update = functools.partial(_lane_update, agent, env, geometry.rollout_len)
-    lane_init = functools.partial(_lane_init, env, lanes, geometry.envs_per_lane)
+    lane_init = functools.partial(_lane_init, agent, env, lanes, geometry.envs_per_lane)
     # [seeds, lanes] inside a device; lanes are a named axis for the agent's gradient averaging.
     device_update = vmap_unless_single(vmap_unless_single(lane_update, lanes, LANE_AXIS), seeds)
 

@@ -50,11 +50,14 @@ def _check_video_path(video: str | None) -> None:
 
 
 def _use_the_run_devices(saved: dict) -> None:
-    """Simulates as many CPU devices as a CPU run had (before JAX starts); accelerators are as they are."""
+    """Simulates as many CPU devices as a CPU run had, if JAX has not started yet (in a notebook that already ran
+    JAX, the devices it has must do); accelerators are as they are."""
     import jax
 
+    from podracer.parallel import backends_started
+
     devices = saved.get("devices") or saved.get("actor_devices", []) + saved.get("learner_devices", [])
-    if devices and all(str(d).startswith("cpu") for d in devices):
+    if devices and all(str(d).startswith("cpu") for d in devices) and not backends_started():
         jax.config.update("jax_num_cpu_devices", len(set(devices)))
 
 
@@ -80,10 +83,10 @@ def _anakin_frames(agent, env, params, eval_config: EvalConfig, seed: int) -> li
     step = jax.jit(env.step)
     key = jax.random.fold_in(jax.random.key(seed), 0x766964)
     state, obs = jax.jit(env.reset)(key)
-    states = [state.env_state]
+    states, core = [state.env_state], agent.initial_core(1)
     for t in range(min(int(env.max_episode_steps), 100_000)):
-        action = act(params, obs[None], jax.random.fold_in(key, t))[0]
-        state, ts = step(state, action)
+        action, core = act(params, obs[None], jax.random.fold_in(key, t), core)
+        state, ts = step(state, action[0])
         if bool(ts.episode.done) or not bool(ts.valid):
             break
         states.append(state.env_state)

@@ -193,7 +193,8 @@ def _preset_defaults(arch: Architecture, preset: dict) -> dict:
     import jax
 
     fitted = preset["fit"](jax.local_device_count(), os.cpu_count() or 1)
-    return {"Sebulba": fitted["sebulba"], "agent_config": fitted["agent_config"]}
+    groups = {"Sebulba": fitted["sebulba"], "host environments": fitted.get("host_env", {})}
+    return {**groups, "agent_config": fitted["agent_config"]}
 
 
 def _resumed_defaults(arch: Architecture, run_dir: str) -> dict:

@@ -123,6 +123,14 @@ ANAKIN_PRESETS: dict[str, dict] = {
             "activation": "relu",
         },
     },
+    "memory_ppo": {
+        "about": "PPO with an LSTM core (64 units) on Memory, a cue to recall after 8 blank steps (a feed-forward "
+        "policy scores 0.25 at best), 64 envs x 16 steps, 200k steps (its learning test: tests/test_recurrent.py)",
+        "agent": "ppo",
+        "env": "memory",
+        "anakin": {"num_envs": 64, "rollout_len": 16, "total_env_steps": 200_000},
+        "agent_config": {"learning_rate": 5e-4, "core": "lstm", "core_size": 64},
+    },
     "minatar_impala": {
         "about": "IMPALA/V-trace on gymnax's MinAtar games (default Breakout) with the MinAtar paper's network (one "
         "3x3 conv of 16 channels, 128 units), 16 envs x 32 steps, 4 gradient steps per batch, entropy bonus 0.03; "
@@ -192,8 +200,8 @@ def _atari_muzero(num_devices: int, cpu_count: int) -> dict:
     return fitted
 
 
-def _fixed(sebulba: dict, agent_config: dict):
-    return lambda num_devices, cpu_count: {"sebulba": sebulba, "agent_config": agent_config}
+def _fixed(sebulba: dict, agent_config: dict, host_env: dict | None = None):
+    return lambda num_devices, cpu_count: {"sebulba": sebulba, "agent_config": agent_config, "host_env": host_env or {}}
 
 
 SEBULBA_PRESETS: dict[str, dict] = {
@@ -246,6 +254,18 @@ SEBULBA_PRESETS: dict[str, dict] = {
         "agent": "muzero",
         "env": "Breakout-v5",
         "fit": _atari_muzero,
+    },
+    "masked_cartpole_ppo": {
+        "about": "PPO with an LSTM core (64 units) on envpool's CartPole-v1 without its velocities "
+        "(--mask-observations 1 3), the cartpole_ppo batch, 1M steps (docs/results.md; its learning test: "
+        "tests/test_recurrent.py)",
+        "agent": "ppo",
+        "env": "CartPole-v1",
+        "fit": _fixed(
+            {"actor_threads": 1, "envs_per_thread": 16, "rollout_len": 64, "total_env_steps": 1_000_000},
+            {"learning_rate": 1e-3, "num_epochs": 4, "num_minibatches": 4, "core": "lstm", "core_size": 64},
+            {"mask_observations": (1, 3)},
+        ),
     },
     "halfcheetah_ppo": {
         "about": "PPO with a Gaussian policy on envpool's MuJoCo HalfCheetah-v4 (CleanRL's continuous settings with "

@@ -19,6 +19,7 @@ device, once per rollout.
 from __future__ import annotations
 
 import dataclasses
+import math
 import warnings
 from typing import NamedTuple
 
@@ -43,6 +44,12 @@ class HostEnvConfig:
         True, "Atari: a lost life terminates the training episode (the logged score spans all lives)"
     )
     reward_clip: bool = knob(True, "Atari: train on rewards clipped to their sign (the logged score is unclipped)")
+    mask_observations: tuple[int, ...] = knob(
+        (),
+        "zero these entries of vector observations before the agent sees them, e.g. 1 3: CartPole-v1 without "
+        "its velocities (a partially observed task for --core)",
+        minimum=0,
+    )
     env_threads: int = knob(
         0,
         "envpool worker threads per actor thread; 0: the host's cores shared among actor threads",
@@ -120,6 +127,14 @@ def episode_transitions(state: EpisodeState, reward, real_reward, terminated, tr
     return jax.lax.scan(step, state, flags)
 
 
+def host_restarts(ended: np.ndarray, step: HostStep) -> tuple[np.ndarray, np.ndarray]:
+    """On the host, per step: where the observation ``step`` returned begins an episode for the agent's core
+    state (:func:`podracer.types.episode_restarts` of the step :func:`episode_transitions` makes of it), and
+    the new ``ended`` (``[B]`` bool: that observation ended a training episode, so envpool resets it next)."""
+    valid = ~ended
+    return ended | step.terminated, valid & (step.terminated | step.truncated)
+
+
 def is_atari(env_id: str) -> bool:
     from envpool.registration import registry
 
@@ -190,10 +205,21 @@ class HostEnv:
         dtype = np.float32 if space.dtype == np.float64 else space.dtype  # JAX computes in float32
         self.spec = EnvSpec(jax.ShapeDtypeStruct(shape, dtype), action_spec(env_id, self.env.action_space))
         self._action_dtype = np.int32 if self.spec.discrete else np.float32
+        self._masked = np.asarray(config.mask_observations, np.int32)
+        if self._masked.size and (self.spec.images or self._masked.max() >= math.prod(shape)):
+            self.env.close()
+            raise ValueError(
+                f"--mask-observations {' '.join(map(str, config.mask_observations))}: {env_id}'s observations "
+                f"are {'images' if self.spec.images else 'vectors'} of shape {shape}; give indices of vector "
+                f"entries below {math.prod(shape)}"
+            )
         self._env_ids = np.arange(num_envs, dtype=np.int32)
 
     def to_agent_layout(self, obs: jax.Array) -> jax.Array:
-        """Device-side: envpool's ``[..., C, H, W]`` frames to the agents' ``[..., H, W, C]``."""
+        """Device-side: envpool's ``[..., C, H, W]`` frames to the agents' ``[..., H, W, C]``; entries of
+        ``--mask-observations`` zeroed."""
+        if self._masked.size:
+            return obs.at[..., self._masked].set(0)
         return _to_channels_last(obs) if self.atari else obs
 
     def reset(self) -> np.ndarray:

@@ -7,14 +7,16 @@ from podracer.envs.brax_adapter import BraxEnv
 from podracer.envs.cartpole import CartPole
 from podracer.envs.catch import Catch
 from podracer.envs.gymnax_adapter import GymnaxEnv
+from podracer.envs.memory import Memory
 
-JAX_ENVS = {"catch": Catch, "cartpole": CartPole}
+JAX_ENVS = {"catch": Catch, "cartpole": CartPole, "memory": Memory}
 GYMNAX_PREFIX = "gymnax:"
 BRAX_PREFIX = "brax:"
 
 
 def make(name: str) -> AutoReset:
-    """An auto-resetting jittable environment: ``catch``, ``cartpole``, ``gymnax:<id>`` or ``brax:<name>[:<backend>]``."""
+    """An auto-resetting jittable environment: ``catch``, ``cartpole``, ``memory``, ``gymnax:<id>`` or
+    ``brax:<name>[:<backend>]``."""
     if name.startswith(GYMNAX_PREFIX):
         return AutoReset(GymnaxEnv(name[len(GYMNAX_PREFIX) :]))
     if name.startswith(BRAX_PREFIX):

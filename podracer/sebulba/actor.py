@@ -25,12 +25,12 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 from jax.sharding import NamedSharding
 
-from podracer.envs.host import EpisodeState, HostEnv, episode_transitions
-from podracer.parallel import put_local_share
+from podracer.envs.host import EpisodeState, HostEnv, episode_transitions, host_restarts
+from podracer.parallel import backends_started, put_local_share
 from podracer.runlog import Timer
 from podracer.sebulba.params import ParamsStore
 from podracer.signals import StopRequested
-from podracer.types import Agent, Trajectory
+from podracer.types import Agent, Trajectory, reset_core
 
 
 def prefer_synchronous_cpu_dispatch() -> None:
@@ -41,9 +41,7 @@ def prefer_synchronous_cpu_dispatch() -> None:
     call). JAX reads the setting when it starts its CPU backend: call this
     before running anything with JAX. Accelerators are not affected.
     """
-    from jax._src import xla_bridge  # the one place JAX tells whether its backends have started
-
-    if not xla_bridge.backends_are_initialized():
+    if not backends_started():
         jax.config.update("jax_cpu_enable_async_dispatch", False)
     elif jax.config.read("jax_cpu_enable_async_dispatch") and jax.default_backend() == "cpu":
         warnings.warn(
@@ -87,7 +85,10 @@ class ActorProgram(NamedTuple):
 
     pack: Callable  # actor params -> the form ``act`` takes them in (what the learner publishes)
     step_keys: Callable  # (key, n) -> (key, [n, ...] data of the next n inference calls' keys)
-    act: Callable  # (packed params, host_obs[B], one row of step_keys' data) -> (action[B], extras, device_obs[B])
+    # (packed params, host_obs[B], one row of step_keys' data, core[B], restart[B] | None)
+    #   -> (action[B], extras, device_obs[B], core[B])
+    act: Callable
+    initial_core: Callable  # B -> the agent's initial core state (``()`` for a feed-forward agent)
     assemble: Callable  # (episode states, per-batch sequences, outcomes) -> (states, Trajectory, episode sums)
 
 
@@ -108,12 +109,14 @@ def make_actor_program(agent: Agent, to_agent_layout: Callable, params) -> Actor
     """The program for ``agent``'s actors; ``params``: actor parameters to take the packing's shapes from."""
     pack, unpack = params_packing(params)
 
-    def act(packed, host_obs, key_data):
+    def act(packed, host_obs, key_data, core, restart):
         # host_obs and key_data arrive as numpy: passing them to the jitted call is several times cheaper
         # than a separate jax.device_put; host_obs comes back as the device copy the trajectory keeps.
         key = jax.random.wrap_key_data(key_data, impl=ACTOR_KEY_IMPL)
-        action, extras = agent.act(unpack(packed), to_agent_layout(host_obs), key)
-        return action, extras, host_obs
+        if restart is not None:  # a recurrent agent: fresh cores where the observation begins an episode
+            core = reset_core(core, agent.initial_core(restart.shape[0]), restart)
+        action, extras, core = agent.act(unpack(packed), to_agent_layout(host_obs), key, core)
+        return action, extras, host_obs, core
 
     def step_keys(key, n: int):
         # A rollout's keys in one call: a split per inference call would be a second random computation in each.
@@ -138,7 +141,7 @@ def make_actor_program(agent: Agent, to_agent_layout: Callable, params) -> Actor
         traj = jax.tree.map(lambda *parts: jnp.concatenate(parts, axis=1), *[o[1] for o in outs])
         return [o[0] for o in outs], traj, sum(o[2] for o in outs)
 
-    return ActorProgram(pack, jax.jit(step_keys, static_argnums=1), jax.jit(act), jax.jit(assemble))
+    return ActorProgram(pack, jax.jit(step_keys, static_argnums=1), jax.jit(act), agent.initial_core, jax.jit(assemble))
 
 
 class ActorShared(NamedTuple):
@@ -199,6 +202,12 @@ class Actor:
         clock, seconds = time.perf_counter, self.timer.seconds
         envs, act = self.env_batches, self.program.act
         obs = [env.reset() for env in envs]
+        # Per batch, the agent's core states (a recurrent agent's memories: kept across rollouts), and on the
+        # host where the next observation begins an episode (None for a feed-forward agent: nothing to reset).
+        cores = [jax.device_put(self.program.initial_core(env.num_envs), self.device) for env in envs]
+        recurrent = bool(jax.tree.leaves(cores))
+        ended = [np.zeros(env.num_envs, bool) for env in envs]
+        restart = [np.zeros(env.num_envs, bool) if recurrent else None for env in envs]
         outcomes = [  # per batch, envpool's rewards and episode flags of each step, as HostStep orders them
             [np.zeros((self.rollout_len, env.num_envs), dtype) for dtype in (np.float32, np.float32, bool, bool, bool)]
             for env in envs
@@ -210,6 +219,8 @@ class Actor:
             for buffer, value in zip(outcomes[b], step[1:]):
                 buffer[t] = value
             obs[b] = step.obs
+            if recurrent:
+                restart[b], ended[b] = host_restarts(ended[b], step)
             seconds["env_step"] += clock() - start
 
         for rollout in itertools.count(self.first_rollout):
@@ -225,7 +236,9 @@ class Actor:
                     if t > 0:
                         receive(b, t - 1)  # batch b finished step t - 1 while the other batches acted
                     start = clock()
-                    action, extras, device_obs = act(params, obs[b], keys[t * len(envs) + b])
+                    action, extras, device_obs, cores[b] = act(
+                        params, obs[b], keys[t * len(envs) + b], cores[b], restart[b]
+                    )
                     host_action = np.asarray(action)
                     seconds["inference"] += clock() - start
                     env.send(host_action)

@@ -50,7 +50,7 @@ class SebulbaEvaluator:
         self.env_config = env_config
         policy = evaluation.policy(agent, config)
         # Runs where the parameters are: they are put on ``device`` with each request.
-        self.act = jax.jit(lambda params, obs, key: policy(params, to_agent_layout(obs), key))
+        self.act = jax.jit(lambda params, obs, key, core: policy(params, to_agent_layout(obs), key, core))
         self.requests: queue.Queue = queue.Queue(maxsize=1)
         self.results: queue.Queue = queue.Queue()
         self.outstanding = 0  # requested and not yet collected
@@ -115,6 +115,7 @@ class SebulbaEvaluator:
         the first environment's pictures until its game ends are appended there."""
         episodes = env.num_envs
         obs, score = env.reset(), np.zeros(episodes)
+        core = jax.device_put(self.agent.initial_core(episodes), self.device)  # one game each: never reset
         final, finished = np.zeros(episodes), np.zeros(episodes, bool)
         steps = 0
         while not finished.all():
@@ -122,7 +123,8 @@ class SebulbaEvaluator:
                 return None
             self.games, steps = (int(finished.sum()), steps), steps + 1
             key, step_key = jax.random.split(key)
-            env.send(np.asarray(self.act(params, obs, step_key)))
+            action, core = self.act(params, obs, step_key, core)
+            env.send(np.asarray(action))
             step = env.recv()
             if frames is not None and not finished[0]:
                 frames.append(env.render()[0])

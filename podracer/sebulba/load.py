@@ -9,6 +9,7 @@ import jax
 
 from podracer.agents import make_agent, saved_agent_config
 from podracer.checkpoint import restore_for_reading
+from podracer.config import config_from_saved
 from podracer.envs.host import HostEnvConfig
 from podracer.parallel import device_mesh, first_local_replica, per_device
 from podracer.runlog import read_saved_run
@@ -45,7 +46,10 @@ def load_run(run_dir: str, update: int | None = None) -> SebulbaRun:
     Sebulba run or no checkpoint that fits its settings.
     """
     saved = read_saved_run(run_dir, "sebulba")
-    config, env_config = SebulbaConfig(**saved["sebulba"]), HostEnvConfig(**saved["host_env"])
+    config, env_config = (
+        SebulbaConfig(**saved["sebulba"]),
+        config_from_saved(HostEnvConfig, saved["host_env"], "host_env"),
+    )
     topo = topology(config)
     geo = geometry(config, topo)
     agent_config = saved_agent_config(saved["agent"], saved["agent_config"])

@@ -59,7 +59,7 @@ def trajectory_shapes(agent: Agent, spec: EnvSpec, params, geo: SebulbaGeometry,
     """The abstract shape of one actor thread's trajectory, for compiling the learner before any env runs."""
     t, b = geo.rollout_len, geo.envs_per_thread * geo.processes  # every host's share together
     obs = jax.ShapeDtypeStruct((b, *spec.observation.shape), spec.observation.dtype)
-    action, extras = jax.eval_shape(agent.act, params, obs, jax.random.key(0))
+    action, extras, _ = jax.eval_shape(agent.act, params, obs, jax.random.key(0), agent.initial_core(b))
 
     def over_time(x, length=t):
         return jax.ShapeDtypeStruct((length, *x.shape), x.dtype, sharding=sharding)
