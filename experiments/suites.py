@@ -188,6 +188,43 @@ SUITES: dict[str, Suite] = {
             ),
         ),
     ),
+    "recurrent": Suite(
+        about="Recurrent policies (`--core`, docs/agents.md#recurrent-policies) on tasks a feed-forward policy "
+        "cannot solve, each beside the same preset with `--core none`, 3 seeds: `memory` on Anakin (a cue to "
+        "recall after 8 blank steps: a guess scores 0.25, the best a feed-forward policy can do) and envpool's "
+        "CartPole-v1 without its velocities on Sebulba (`--mask-observations 1 3`; throughput mode, so the seeds "
+        "are not bit-reproducible). About 12 minutes on 2 CPU cores.",
+        entries=(
+            Entry(
+                "anakin",
+                "memory_ppo",
+                "ppo",
+                "memory",
+                200_000,
+                reference=Reference(1.0, "the maximum; a feed-forward policy's best is 0.25"),
+            ),
+            Entry("anakin", "memory_ppo", "ppo", "memory", 200_000, flags=("--core", "none"), variant="feedforward"),
+            Entry(
+                "sebulba",
+                "masked_cartpole_ppo",
+                "ppo",
+                "CartPole-v1",
+                1_000_000,
+                flags=SEBULBA_CPU,
+                reference=Reference(500, "the maximum"),
+                variant="masked",
+            ),
+            Entry(
+                "sebulba",
+                "masked_cartpole_ppo",
+                "ppo",
+                "CartPole-v1",
+                1_000_000,
+                flags=(*SEBULBA_CPU, "--core", "none"),
+                variant="masked-feedforward",
+            ),
+        ),
+    ),
     "atari": Suite(
         about="Pong-v5 on Sebulba, one seed each: IMPALA in the paper's setting (RMSProp, epsilon 0.01, on the loss "
         "summed over the batch; 32 envs x 20 steps) with one gradient step per batch and with "
