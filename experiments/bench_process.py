@@ -34,6 +34,14 @@ def parser(doc: str) -> argparse.ArgumentParser:
     return result
 
 
+def positive_int(text: str) -> int:
+    """An argparse type: an integer of at least 1."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
 def heading(title: str, accelerator: bool) -> str:
     """The report's top-level heading: accelerator tables live beside the CPU ones, not over them."""
     return f"# {title} on an accelerator" if accelerator else f"# {title}"

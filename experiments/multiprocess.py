@@ -22,6 +22,9 @@ import tempfile
 
 from podracer.cli.presets import ANAKIN_PRESETS
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # run as a file
+from experiments import bench_process  # noqa: E402
+
 LAYOUTS = (("1 process x 1 device", 1, 1), ("1 process x 2 devices", 1, 2), ("2 processes x 1 device", 2, 1))
 
 
@@ -56,20 +59,17 @@ def steps_per_second(processes: int, devices_each: int, podracer_args: list[str]
     return float(found.group(1))
 
 
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument(
         "--preset", default="catch_ppo", choices=sorted(ANAKIN_PRESETS), help="an Anakin preset (default catch_ppo)"
     )
-    parser.add_argument("--steps", type=_positive, default=1_000_000, help="env steps per run (default 1,000,000)")
-    parser.add_argument("--runs", type=_positive, default=3, help="runs of each layout, alternating (default 3)")
+    parser.add_argument(
+        "--steps", type=bench_process.positive_int, default=1_000_000, help="env steps per run (default 1,000,000)"
+    )
+    parser.add_argument(
+        "--runs", type=bench_process.positive_int, default=3, help="runs of each layout, alternating (default 3)"
+    )
     args = parser.parse_args(argv)
     podracer_args = ["--preset", args.preset, "--total-env-steps", str(args.steps)]
     measured: dict[str, list[float]] = {name: [] for name, _, _ in LAYOUTS}

@@ -168,6 +168,7 @@ def test_the_cleanba_row_has_the_ratio_and_podracers_learner_busy_share():
         "benchmark_anakin.py",
         "benchmark_brax.py",
         "benchmark_muzero.py",
+        "benchmark_recurrent.py",
         "benchmark_sebulba.py",
         "multiprocess.py",
         "peer_purejaxrl.py",
