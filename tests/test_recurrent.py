@@ -115,6 +115,8 @@ def test_core_flags_are_refused_before_compiling_naming_the_flag(capsys):
             ],
             "whole sequences of some of the 6 environments",
         ),
+        (["sebulba", "--env", "CartPole-v1", "--mask-observations", "1", "4"], "have 4 entries; give indices below"),
+        (["sebulba", "--env", "Pong-v5", "--mask-observations", "1"], "are images (84, 84, 4); it masks vector"),
     ):
         try:
             code = main(argv + ["--total-env-steps", "1000", "--quiet"])

@@ -208,10 +208,11 @@ class HostEnv:
         self._masked = np.asarray(config.mask_observations, np.int32)
         if self._masked.size and (self.spec.images or self._masked.max() >= math.prod(shape)):
             self.env.close()
+            masked = f"--mask-observations {' '.join(map(str, config.mask_observations))}"
+            if self.spec.images:
+                raise ValueError(f"{masked}: {env_id}'s observations are images {shape}; it masks vector entries")
             raise ValueError(
-                f"--mask-observations {' '.join(map(str, config.mask_observations))}: {env_id}'s observations "
-                f"are {'images' if self.spec.images else 'vectors'} of shape {shape}; give indices of vector "
-                f"entries below {math.prod(shape)}"
+                f"{masked}: {env_id}'s observations have {math.prod(shape)} entries; give indices below it"
             )
         self._env_ids = np.arange(num_envs, dtype=np.int32)
 
