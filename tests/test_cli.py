@@ -156,6 +156,15 @@ def test_presets_and_unknown_commands(capsys):
     assert main(["fly"]) == 2
 
 
+def test_cpu_devices_in_a_process_where_jax_already_started_is_refused_in_one_line(capsys):
+    """In a notebook that already ran JAX the CPU device count is fixed: a message, not JAX's RuntimeError."""
+    import jax
+
+    started = len(jax.devices("cpu"))  # starts JAX's backends if no test did yet
+    assert main(["anakin", "--cpu-devices", str(started + 1), "--total-env-steps", "1000", "--quiet"]) == 2
+    assert f"JAX already started in this process with {started} CPU device(s)" in capsys.readouterr().err
+
+
 def test_plot_reports_a_directory_without_metrics(tmp_path, capsys):
     assert main(["plot", str(tmp_path)]) == 2
     assert "has no metrics.jsonl" in capsys.readouterr().err

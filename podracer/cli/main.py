@@ -347,13 +347,28 @@ def _train(
     return TRAINERS[arch.name](args, agent_config, run_dir)
 
 
+def _split_the_cpu(cpu_devices: int | None) -> None:
+    """``--cpu-devices N``: N host CPU devices, set before JAX starts its backends. Where JAX already started in
+    this process (a notebook), the devices it has must be those N; ValueError otherwise."""
+    import jax
+
+    from podracer.parallel import backends_started
+
+    if not cpu_devices:
+        return
+    if not backends_started():
+        jax.config.update("jax_num_cpu_devices", cpu_devices)
+    elif len(jax.devices("cpu")) != cpu_devices:
+        raise ValueError(
+            f"--cpu-devices {cpu_devices}: JAX already started in this process with {len(jax.devices('cpu'))} CPU "
+            "device(s), and that number is fixed once it has; run podracer in a fresh process (or drop the flag)"
+        )
+
+
 def run_architecture(arch: Architecture, argv: list[str]) -> int:
     early = _early_flags(arch, argv)
-    import jax  # the settings below must precede anything that starts JAX's backends
-
-    if early.cpu_devices:
-        jax.config.update("jax_num_cpu_devices", early.cpu_devices)
     try:
+        _split_the_cpu(early.cpu_devices)
         from podracer.distributed import initialize
 
         initialize(early.coordinator, early.num_processes, early.process_id, early.coordinator_timeout)
