@@ -123,6 +123,20 @@ ANAKIN_PRESETS: dict[str, dict] = {
             "activation": "relu",
         },
     },
+    "minatar_muzero": {
+        "about": "MuZero (Gumbel search, 16 simulations) on gymnax's MinAtar games (default Breakout), an MLP model "
+        "of 128 units, 4 sampled windows per new step; 1M steps, beside PPO at equal env steps (docs/results.md)",
+        "agent": "muzero",
+        "env": "gymnax:Breakout-MinAtar",
+        "anakin": {"num_envs": 16, "rollout_len": 16, "total_env_steps": 1_000_000},
+        "agent_config": {
+            "torso": "mlp",
+            "hidden_sizes": (128, 128),
+            "embedding_size": 128,
+            "num_simulations": 16,
+            "replay_ratio": 4.0,
+        },
+    },
     "memory_ppo": {
         "about": "PPO with an LSTM core (64 units) on Memory, a cue to recall after 8 blank steps (a feed-forward "
         "policy scores 0.25 at best), 64 envs x 16 steps, 200k steps (its learning test: tests/test_recurrent.py)",
