@@ -123,7 +123,8 @@ def make_ppo(config: PPOConfig, spec: EnvSpec, shape: BatchShape = BatchShape())
 
     def minibatch_loss(params, mb):
         if parts.recurrent:  # mb: [T, b] sequences of b environments
-            policy_out, values = actor_critic.sequence_outputs(parts, params, mb["obs"], mb["trajectory"])
+            replayed = Trajectory((), (), (), mb["discount"], mb["valid"], mb["extras"])  # the restarts and cores
+            policy_out, values = actor_critic.sequence_outputs(parts, params, mb["obs"], replayed)
             policy_out, values, mb = jax.tree.map(lambda x: x.reshape((-1, *x.shape[2:])), (policy_out, values, mb))
         else:  # mb: [N] transitions
             policy_out, values = actor_critic.apply_network(parts, params, mb["obs"])
@@ -160,11 +161,10 @@ def make_ppo(config: PPOConfig, spec: EnvSpec, shape: BatchShape = BatchShape())
             "valid": traj.valid,
         }
         if parts.recurrent:  # sequences, shuffled along environments
-            sequences = Trajectory((), (), (), traj.discount, traj.valid, {"core": traj.extras["core"]})  # to replay
             state, metrics = shuffled_minibatches(
                 sgd_step,
                 state,
-                {**batch, "trajectory": sequences},
+                {**batch, "discount": traj.discount},
                 key,
                 config.num_epochs,
                 config.num_minibatches,
