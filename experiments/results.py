@@ -380,8 +380,18 @@ def write_page(docs: str) -> str:
             ]
     page = os.path.join(docs, "results.md")
     with open(page, "w") as f:
-        f.write("\n".join(lines))
+        f.write("\n".join(lines) + _other_sections(page))
     return page
+
+
+def _other_sections(page: str) -> str:
+    """The top-level sections (``# ...``) that other scripts wrote into ``page`` after the suites' (e.g.
+    experiments/pbt_results.py's), kept as they are."""
+    if not os.path.exists(page):
+        return ""
+    old = open(page).read().splitlines(keepends=True)
+    starts = [i for i, line in enumerate(old) if line.startswith("# ") and i > 0]
+    return "\n" + "".join(old[starts[0] :]) if starts else ""
 
 
 def _stopped(max_minutes: float) -> int:

@@ -30,12 +30,14 @@ def knob(
     minimum: float | None = None,
     maximum: float | None = None,
     choices: tuple[str, ...] | None = None,
+    sweepable: bool = True,
 ) -> Any:
     """A dataclass field with a default, the help text its flag shows, and its bounds (see :func:`check_knobs`);
-    an integer knob's ``maximum`` is :data:`INT32_MAX` unless given."""
+    an integer knob's ``maximum`` is :data:`INT32_MAX` unless given. A float knob is ``sweepable`` (``--sweep``
+    may give each agent of a program its own value) unless the program's shapes or loop counts depend on it."""
     if isinstance(default, (list, dict)):
         raise TypeError("knob defaults must be immutable; use a tuple")
-    metadata = {"help": help, "minimum": minimum, "maximum": maximum, "choices": choices}
+    metadata = {"help": help, "minimum": minimum, "maximum": maximum, "choices": choices, "sweepable": sweepable}
     return dataclasses.field(default=default, metadata=metadata)
 
 
@@ -51,9 +53,13 @@ def check_knobs(config: Any) -> None:
     """
     for field in dataclasses.fields(config):
         value, flag = getattr(config, field.name), flag_name(field.name)
+        if is_traced(value):
+            continue
         if isinstance(value, float) and not math.isfinite(value):
             raise ValueError(f"{flag} must be a finite number, got {value}")
         minimum, maximum, choices = (field.metadata.get(key) for key in ("minimum", "maximum", "choices"))
+        if isinstance(value, tuple) and value and all(isinstance(v, str) for v in value):
+            continue  # words (--sweep's NAME=VALUES): their reader checks them
         if isinstance(value, tuple):
             low = 1 if minimum is None else minimum
             if not all(isinstance(v, int) and not isinstance(v, bool) and low <= v <= INT32_MAX for v in value):
@@ -68,6 +74,12 @@ def check_knobs(config: Any) -> None:
             raise ValueError(f"{flag} must be at most {maximum}, got {value}")
         if choices is not None and value not in choices:
             raise ValueError(f"{flag} must be one of {choices}, got {value!r}")
+
+
+def is_traced(value: Any) -> bool:
+    """Whether a knob's ``value`` is a JAX tracer rather than a Python value: a ``--sweep`` member's setting
+    inside the compiled program (:mod:`podracer.anakin.sweep`), whose concrete values were checked before."""
+    return not isinstance(value, (bool, int, float, str, tuple, type(None)))
 
 
 def config_from_saved(cls: type[T], values: Any, where: str) -> T:
@@ -97,9 +109,10 @@ def _typed(kind: Any, value: Any, where: str) -> Any:
     """``value`` as field type ``kind`` (a JSON list as a tuple, an int as a float), or ValueError."""
     origin, args = typing.get_origin(kind), typing.get_args(kind)
     if origin is tuple:
-        if isinstance(value, (list, tuple)) and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        item = str if str in args else int
+        if isinstance(value, (list, tuple)) and all(isinstance(v, item) and not isinstance(v, bool) for v in value):
             return tuple(value)
-        raise ValueError(f"{where} must be a list of integers, got {value!r}")
+        raise ValueError(f"{where} must be a list of {'words' if item is str else 'integers'}, got {value!r}")
     if origin in (typing.Union, types.UnionType):  # X | None
         if value is None and type(None) in args:
             return None

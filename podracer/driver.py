@@ -96,6 +96,7 @@ class Program(NamedTuple):
     report: Callable[[float], tuple[dict, str | None]]
     interrupt: threading.Event
     make_evaluator: Callable[[EvalConfig], Evaluator] | None = None
+    name_agent: Callable[[int], str] | None = None  # agent i in messages; None: "seed <seed + i>"
 
 
 class RunResult(NamedTuple):
@@ -108,6 +109,7 @@ class RunResult(NamedTuple):
     timings: dict  # seconds per component where the architecture measures them (Sebulba)
     stopped_by: str | None = None  # the signal that stopped the run early (a checkpoint was written)
     evaluation: dict | None = None  # the final evaluation's record fields (None: none ran)
+    agents: int = 1  # trained side by side (Anakin: seeds x sweep members), each for env_steps
 
 
 class RunOptions(NamedTuple):
@@ -153,12 +155,13 @@ def episode_means(stats: StepStats) -> dict[str, Any]:
     return record
 
 
-def _check_finite(stats: StepStats, done: int, seed: int) -> None:
+def _check_finite(stats: StepStats, done: int, program: Program) -> None:
     bad = np.flatnonzero(stats.first_nonfinite >= 0)
     if bad.size:
         s = int(bad[0])
+        agent = program.name_agent(s) if program.name_agent else f"seed {program.seed + s}"
         raise NonFiniteLossError(
-            f"the loss became non-finite at update {done + int(stats.first_nonfinite[s]) + 1} (seed {seed + s}); "
+            f"the loss became non-finite at update {done + int(stats.first_nonfinite[s]) + 1} ({agent}); "
             "try a lower --learning-rate or --max-grad-norm"
         )
 
@@ -268,7 +271,7 @@ class _Run:
                 stopping = True
                 break
             self.pace.took(n, self.clock.last(TRAINING))
-            _check_finite(stats, self.done, program.seed)
+            _check_finite(stats, self.done, program)
             self.done += n
             window, window_updates = _add(window, stats), window_updates + n
             self.evaluate_if_due(state)
@@ -359,7 +362,9 @@ def _finish(run: _Run, state, compile_seconds: float, caught: list[str] | None) 
             f"error) over {final['eval_episodes']} episodes, min {final['eval_return_min']:.4g}, "
             f"max {final['eval_return_max']:.4g}"
         )
-    return RunResult(state, run.log.records, compile_seconds, seconds, steps, frames, timings, stopped_by, final)
+    return RunResult(
+        state, run.log.records, compile_seconds, seconds, steps, frames, timings, stopped_by, final, program.num_seeds
+    )
 
 
 @contextlib.contextmanager

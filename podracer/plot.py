@@ -64,14 +64,20 @@ def _seed_curves(run_dir: str, metric: str, x_key: str = "env_steps") -> list[tu
     return [(np.array([r[x_key] for r in records], np.float64), np.array([r[metric] for r in records]))]
 
 
-def _group(run_dir: str) -> str:
-    """Runs of one algorithm on one environment form a group: ``architecture agent env`` from config.json."""
+def _groups(run_dir: str, seeds: int) -> list[str]:
+    """The group of each of ``run_dir``'s ``seeds`` curves: runs of one algorithm on one environment form a group
+    (``architecture agent env`` from config.json), and so does each member of a ``--sweep`` (its settings added)."""
     try:
         with open(os.path.join(run_dir, "config.json")) as f:
             config = json.load(f)
-        return f"{config.get('architecture', '?')} {config.get('agent', '?')} {config.get('env', '?')}"
     except (OSError, ValueError):
-        return os.path.basename(os.path.normpath(run_dir))
+        return [os.path.basename(os.path.normpath(run_dir))] * seeds
+    name = f"{config.get('architecture', '?')} {config.get('agent', '?')} {config.get('env', '?')}"
+    sweep = config.get("sweep")
+    if not sweep:
+        return [name] * seeds
+    members = [" ".join(f"{k}={v:g}" for k, v in member.items()) for member in sweep["members"]]
+    return [f"{name} {members[i // sweep['seeds_per_member']]}" for i in range(seeds)]
 
 
 def aggregate_runs(
@@ -82,6 +88,7 @@ def aggregate_runs(
     x_key: str = "env_steps",
 ) -> dict:
     """Every group's curve and final score over its runs (and seeds): the estimate and its 95% interval.
+    A ``--sweep`` run's members are groups of their own.
 
     Curves are compared on the first run's log steps, up to where the shortest
     run ends (other runs are interpolated there); ``x_key`` is the record field
@@ -92,9 +99,9 @@ def aggregate_runs(
         raise ValueError(f"unknown aggregate {estimator!r}: choose one of {sorted(ESTIMATORS)}")
     groups: dict[str, list] = {}
     for run_dir in run_dirs:
-        groups.setdefault(_group(run_dir), []).extend(
-            (run_dir, curve) for curve in _seed_curves(run_dir, metric, x_key)
-        )
+        curves = _seed_curves(run_dir, metric, x_key)
+        for group, curve in zip(_groups(run_dir, len(curves)), curves):
+            groups.setdefault(group, []).append((run_dir, curve))
     result = {}
     for name, curves in groups.items():
         end = min(steps[-1] for _, (steps, _) in curves)

@@ -27,7 +27,7 @@ from podracer.agents.networks import (
 from podracer.agents.normalization import RunningMoments
 from podracer.agents.policies import CategoricalPolicy, GaussianConfig, GaussianPolicy, make_policy
 from podracer.agents.sgd import UNROLL_CHOICES
-from podracer.config import check_knobs, flag_name, knob
+from podracer.config import check_knobs, flag_name, is_traced, knob
 from podracer.parallel import mean_over_replicas
 from podracer.types import EnvSpec, Params, Trajectory, episode_restarts, no_core, reset_core
 
@@ -87,17 +87,21 @@ class ActingParams(NamedTuple):
     obs_moments: RunningMoments | tuple
 
 
+_BOUNDS = {  # knob -> (whether a value is allowed, what it must be)
+    "learning_rate": (lambda v: v > 0, "be positive"),
+    "max_grad_norm": (lambda v: v > 0, "be positive"),
+    "reward_scale": (lambda v: v > 0, "be positive"),
+    "gamma": (lambda v: 0.0 <= v <= 1.0, "lie in [0, 1]"),
+    "rmsprop_decay": (lambda v: v < 1.0, "lie in [0, 1)"),
+}
+
+
 def _ensure_positive(config: ActorCriticConfig) -> None:
     check_knobs(config)
-    for name in ("learning_rate", "max_grad_norm"):
-        if getattr(config, name) <= 0:
-            raise ValueError(f"{flag_name(name)} must be positive, got {getattr(config, name)}")
-    if not 0.0 <= config.gamma <= 1.0:
-        raise ValueError(f"--gamma must lie in [0, 1], got {config.gamma}")
-    if config.reward_scale <= 0:
-        raise ValueError(f"--reward-scale must be positive, got {config.reward_scale}")
-    if config.rmsprop_decay >= 1.0:
-        raise ValueError(f"--rmsprop-decay must lie in [0, 1), got {config.rmsprop_decay}")
+    for name, (allowed, must) in _BOUNDS.items():
+        value = getattr(config, name)
+        if not is_traced(value) and not allowed(value):
+            raise ValueError(f"{flag_name(name)} must {must}, got {value}")
 
 
 # XLA:CPU computes a conv torso's gradient several times faster in slices of a few dozen Atari frames than over
@@ -284,8 +288,7 @@ def prepare_batch(parts: ActorCriticParts, state: LearnerState, traj: Trajectory
     then take in this batch's observations ``obs[:-1]`` from every replica, for
     the next rollouts. Rewards are multiplied by ``--reward-scale``.
     """
-    if parts.config.reward_scale != 1.0:
-        traj = traj._replace(reward=traj.reward * parts.config.reward_scale)
+    traj = traj._replace(reward=traj.reward * parts.config.reward_scale)  # exact where the scale is 1
     if not isinstance(state.obs_moments, RunningMoments):
         return state, traj
     seen = traj.obs[:-1].reshape((-1, *traj.obs.shape[2:]))

@@ -29,7 +29,7 @@ import rlax
 
 from podracer.agents.muzero_networks import MuZeroMLP, MuZeroResNet
 from podracer.agents.replay import Replay, can_sample, replay_add, replay_init, replay_sample, update_priorities
-from podracer.config import check_knobs, flag_name, knob
+from podracer.config import check_knobs, flag_name, is_traced, knob
 from podracer.parallel import masked_mean, mean_over_replicas, replica_count, replica_index
 from podracer.types import BatchShape, EnvSpec, Params, Trajectory, no_core
 
@@ -53,10 +53,14 @@ class MuZeroConfig:
     temperature: float = knob(1.0, "classic search: temperature of the visit-count policy")
     unroll_steps: int = knob(5, "K: model unroll steps per sampled window", minimum=1)
     td_steps: int = knob(10, "n: steps of the n-step value targets", minimum=1)
-    support_max: float = knob(10.0, "value/reward support is [-max, max] after the signed hyperbolic transform")
+    support_max: float = knob(
+        10.0, "value/reward support is [-max, max] after the signed hyperbolic transform", sweepable=False
+    )
     support_bins: int = knob(41, "bins of the value/reward support", minimum=2)
     batch_size: int = knob(128, "sampled windows per gradient step, over all replicas", minimum=1)
-    replay_ratio: float = knob(1.0, "sampled windows per new environment step (sets the gradient steps per call)")
+    replay_ratio: float = knob(
+        1.0, "sampled windows per new environment step (sets the gradient steps per call)", sweepable=False
+    )
     replay_capacity: int = knob(2000, "replay steps kept per environment (each replica keeps its own envs)", minimum=1)
     min_replay_steps: int = knob(0, "steps per environment stored before learning starts (0: one window)", minimum=0)
     prioritized: bool = knob(False, "sample windows in proportion to |value error| ** priority_alpha")
@@ -101,7 +105,7 @@ class MuZeroAgent(NamedTuple):
 def _check(config: MuZeroConfig) -> None:
     check_knobs(config)
     for name in ("learning_rate", "max_grad_norm", "support_max"):
-        if getattr(config, name) <= 0:
+        if not is_traced(getattr(config, name)) and getattr(config, name) <= 0:
             raise ValueError(f"{flag_name(name)} must be positive, got {getattr(config, name)}")
 
 

@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from podracer.config import flag_name, knob
+from podracer.config import flag_name, is_traced, knob
 from podracer.types import Box, EnvSpec
 
 STD_CHOICES = ("parameter", "network")
@@ -144,7 +144,11 @@ class GaussianPolicy:
 def make_policy(spec: EnvSpec, config: GaussianConfig) -> CategoricalPolicy | GaussianPolicy:
     """The policy for ``spec``'s actions; continuous-action settings on a discrete environment are refused."""
     if spec.discrete:
-        changed = [f.name for f in dataclasses.fields(GaussianConfig) if getattr(config, f.name) != f.default]
+        changed = [
+            f.name
+            for f in dataclasses.fields(GaussianConfig)
+            if not is_traced(getattr(config, f.name)) and getattr(config, f.name) != f.default
+        ]
         if changed:
             flags = ", ".join(map(flag_name, changed))
             verb = "sets" if len(changed) == 1 else "set"

@@ -18,6 +18,19 @@ class AnakinConfig:
     rollout_len: int = knob(128, "environment steps per environment between two updates", minimum=1)
     lanes: int = knob(1, "update lanes per device: vmapped learner replicas whose gradients are averaged", minimum=1)
     num_seeds: int = knob(1, "independent agents trained together in one program (seeds seed..seed+N-1)", minimum=1)
+    pbt_interval: int = knob(
+        0,
+        "population-based training of the --sweep's agents: env steps per agent between two exploit-and-explore "
+        "steps, rounded to whole log windows; 0: none",
+        minimum=0,
+        maximum=STEP_COUNT_MAX,
+    )
+    pbt_quantile: float = knob(
+        0.25,
+        "PBT: the fraction of agents replaced at each step, by copies of the same fraction at the top",
+        maximum=0.5,
+    )
+    pbt_factor: float = knob(1.25, "PBT: a copied setting is multiplied or divided by this, at random", minimum=1.0)
     total_env_steps: int = knob(
         500_000,
         "environment steps to train for, per seed (rounded up to whole updates)",
@@ -25,6 +38,11 @@ class AnakinConfig:
         maximum=STEP_COUNT_MAX,
     )
     seed: int = knob(0, "random seed")
+    sweep: tuple[str, ...] = knob(
+        (),
+        "train a grid of agent settings in this one program, each with --num-seeds seeds: NAME=V1,V2 words, "
+        "e.g. learning_rate=1e-4,3e-4 entropy_coef=0,0.01 (floating-point settings only)",
+    )
     num_devices: int = knob(0, "devices to run on; 0 means every device of every process", minimum=0)
     log_interval: int = knob(
         0,
@@ -58,9 +76,17 @@ class AnakinGeometry(NamedTuple):
     lanes: int
     envs_per_lane: int
     rollout_len: int
-    num_seeds: int
+    num_seeds: int  # per member of a --sweep
     num_updates: int
     updates_per_call: int
+    members: int = 1  # --sweep's grid points
+    pbt_updates: int = 0  # updates between two PBT steps (0: no PBT), a whole number of log windows
+    pbt_replace: int = 0  # agents replaced at each PBT step
+
+    @property
+    def agents(self) -> int:
+        """Agents trained side by side in the program: members x seeds."""
+        return self.members * self.num_seeds
 
     @property
     def replicas(self) -> int:
@@ -79,8 +105,9 @@ def _suggest_multiples(value: int, factor: int) -> str:
     return f"{below} or {above}" if below else str(above)
 
 
-def geometry(config: AnakinConfig, num_devices: int) -> AnakinGeometry:
-    """Checks ``config`` against ``num_devices`` (no compilation), with errors that say what to change."""
+def geometry(config: AnakinConfig, num_devices: int, members: int = 1) -> AnakinGeometry:
+    """Checks ``config`` against ``num_devices`` (no compilation), with errors that say what to change;
+    ``members``: the points of its ``--sweep`` grid."""
     check_knobs(config)
     replicas = num_devices * config.lanes
     if config.num_envs % replicas:
@@ -93,6 +120,7 @@ def geometry(config: AnakinConfig, num_devices: int) -> AnakinGeometry:
     num_updates = math.ceil(config.total_env_steps / steps_per_update)
     interval = config.log_interval or max(1, config.total_env_steps // 20)
     updates_per_call = even_windows(num_updates, interval / steps_per_update)
+    pbt_updates, pbt_replace = _pbt_schedule(config, members, steps_per_update, updates_per_call)
     return AnakinGeometry(
         num_devices=num_devices,
         lanes=config.lanes,
@@ -101,4 +129,23 @@ def geometry(config: AnakinConfig, num_devices: int) -> AnakinGeometry:
         num_seeds=config.num_seeds,
         num_updates=num_updates,
         updates_per_call=updates_per_call,
+        members=members,
+        pbt_updates=pbt_updates,
+        pbt_replace=pbt_replace,
     )
+
+
+def _pbt_schedule(config: AnakinConfig, members: int, steps_per_update: int, per_window: int) -> tuple[int, int]:
+    """``(updates between PBT steps, agents replaced at each)``; ``(0, 0)`` without PBT."""
+    if not config.pbt_interval:
+        return 0, 0
+    agents = members * config.num_seeds
+    if not config.sweep or agents < 2:
+        raise ValueError(
+            "--pbt-interval trains a population: the agents of a --sweep (members x --num-seeds, at least 2), whose "
+            "swept settings it changes; e.g. --sweep learning_rate=1e-4,1e-3 --num-seeds 4"
+        )
+    if config.pbt_quantile <= 0:
+        raise ValueError(f"--pbt-quantile must be above 0, got {config.pbt_quantile}")
+    windows = max(1, round(config.pbt_interval / steps_per_update / per_window))
+    return windows * per_window, max(1, int(agents * config.pbt_quantile))

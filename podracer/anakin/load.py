@@ -8,14 +8,14 @@ from typing import NamedTuple
 import jax
 
 from podracer import envs
-from podracer.agents import make_agent, saved_agent_config
-from podracer.anakin.config import AnakinConfig, geometry
+from podracer.agents import saved_agent_config
+from podracer.anakin.config import AnakinConfig
 from podracer.anakin.program import RunnerState
-from podracer.anakin.run import anakin_program, select_devices
+from podracer.anakin.run import anakin_program, build_agent
 from podracer.checkpoint import restore_for_reading
 from podracer.driver import Program
 from podracer.runlog import read_saved_run
-from podracer.types import Agent, BatchShape
+from podracer.types import Agent
 
 
 class AnakinRun(NamedTuple):
@@ -42,12 +42,10 @@ def load_run(run_dir: str, update: int | None = None) -> AnakinRun:
     saved = read_saved_run(run_dir, "anakin")
     env = envs.make(saved["env"])
     config = AnakinConfig(**saved["anakin"])
-    geo = geometry(config, len(select_devices(config.num_devices)))
     agent_config = saved_agent_config(saved["agent"], saved["agent_config"])
-    shape = BatchShape(geo.num_updates, geo.rollout_len, geo.envs_per_lane)
-    agent = make_agent(saved["agent"], agent_config, env.spec, shape)
+    agent, sweep = build_agent(saved["agent"], agent_config, env, config)
     about = {"agent": saved["agent"], "env": saved["env"], "agent_config": dataclasses.asdict(agent_config)}
-    program = anakin_program(agent, env, config, about)
+    program = anakin_program(agent, env, config, about, sweep)
     state, counters = restore_for_reading(run_dir, program.init(), program.fingerprint, update)
     return AnakinRun(
         saved["agent"], agent_config, agent, saved["env"], env, config, program, state, int(counters["update"])

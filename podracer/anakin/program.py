@@ -25,6 +25,8 @@ from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
 from podracer.anakin.config import AnakinGeometry
+from podracer.anakin.pbt import PBT, initial_population, pbt_settings, population_step
+from podracer.anakin.sweep import Sweep
 from podracer.driver import StepStats
 from podracer.parallel import (
     DEVICE_AXIS,
@@ -47,6 +49,8 @@ class RunnerState(NamedTuple):
     core: Any  # [B, ...] the agent's core state to act on them with (a recurrent policy's memory; else ())
     act_key: jax.Array  # this lane's own key for acting
     learn_key: jax.Array  # shared by every lane and device of a seed
+    hparams: dict  # {name: f32 scalar}: this agent's values of the --sweep settings ({} without a sweep)
+    population: Any  # the agent's PBT bookkeeping (a :class:`podracer.anakin.pbt.Population` of scalars; else ())
 
 
 class Anakin(NamedTuple):
@@ -83,8 +87,10 @@ def rollout(agent: Agent, env, rollout_len: int, params, env_state, obs, core, k
     return env_state, last_obs, core, Trajectory(all_obs, action, reward, discount, valid, extras), episodes
 
 
-def _lane_update(agent: Agent, env, rollout_len: int, runner: RunnerState):
-    """One update of one lane: a rollout, then ``Agent.learn``; metrics and episode sums over every replica."""
+def _lane_update(agent_with: Callable[[dict], Agent], env, rollout_len: int, runner: RunnerState):
+    """One update of one lane: a rollout, then ``Agent.learn``; metrics and episode sums over every replica.
+    ``agent_with(runner.hparams)`` is the lane's agent (its own settings where they are swept)."""
+    agent = agent_with(runner.hparams)
     act_key, rollout_key = jax.random.split(runner.act_key)
     learn_key, update_key = jax.random.split(runner.learn_key)
     params = agent.actor_params(runner.learner)
@@ -92,14 +98,17 @@ def _lane_update(agent: Agent, env, rollout_len: int, runner: RunnerState):
         agent, env, rollout_len, params, runner.env_state, runner.obs, runner.core, rollout_key
     )
     learner, metrics = agent.learn(runner.learner, traj, update_key)
-    runner = RunnerState(learner, env_state, obs, core, act_key, learn_key)
+    runner = runner._replace(learner=learner, env_state=env_state, obs=obs, core=core, act_key=act_key)
+    runner = runner._replace(learn_key=learn_key)
     # One collective for both: between processes on CPU each is a gloo round trip.
     metric_sums, episode_sums = sum_over_replicas((metrics, episodes.ended_sums()))
     return runner, jax.tree.map(lambda m: m / replica_count(), metric_sums), episode_sums
 
 
-def _lane_init(agent: Agent, env, lanes: int, num_envs: int, learner, seed_keys: jax.Array, lane) -> RunnerState:
-    """A lane's first state around the seed's ``learner``, from the seed's ``[4]`` keys (learner, environments,
+def _lane_init(
+    agent: Agent, env, lanes: int, num_envs: int, learner, seed_keys: jax.Array, hparams: dict, population, lane
+) -> RunnerState:
+    """A lane's first state around the agent's ``learner``, from its seed's ``[4]`` keys (learner, environments,
     acting, learning): every environment of every replica gets its own key."""
     _, env_key, act_key, learn_key = seed_keys
     replica = jax.lax.axis_index(DEVICE_AXIS) * lanes + lane
@@ -107,17 +116,20 @@ def _lane_init(agent: Agent, env, lanes: int, num_envs: int, learner, seed_keys:
     env_keys = jax.vmap(lambda i: jax.random.fold_in(env_key, i))(env_ids)
     env_state, obs = jax.vmap(env.reset)(env_keys)
     core = agent.initial_core(num_envs)
-    return RunnerState(learner, env_state, obs, core, jax.random.fold_in(act_key, replica), learn_key)
+    act_key = jax.random.fold_in(act_key, replica)
+    return RunnerState(learner, env_state, obs, core, act_key, learn_key, hparams, population)
 
 
-def _init_learners(agent: Agent, learner_keys: jax.Array):
-    """Each seed's ``LearnerState`` (leaves ``[seeds, ...]``) from its key, one seed after another.
+def _init_learners(agent_with: Callable[[dict], Agent], learner_keys: jax.Array, hparams: dict):
+    """Each agent's ``LearnerState`` (leaves ``[agents, ...]``) from its key and settings, one after another.
 
     Not ``vmap``: batched orthogonal initialisation is a batched QR, whose LAPACK
     kernel on XLA:CPU (jaxlib 0.10) splits the batch over the same thread pool
     that runs it and can wait forever when two such kernels hold every thread.
     """
-    return jax.lax.map(agent.init, learner_keys)
+    return jax.lax.map(
+        lambda key_and_hparams: agent_with(key_and_hparams[1]).init(key_and_hparams[0]), (learner_keys, hparams)
+    )
 
 
 def _add_update(stats: StepStats, i, metrics, sums) -> StepStats:
@@ -134,23 +146,56 @@ def _add_update(stats: StepStats, i, metrics, sums) -> StepStats:
     )
 
 
-def make_anakin(agent: Agent, env, geometry: AnakinGeometry, mesh: Mesh, loop_on_device: bool = True) -> Anakin:
+def _population_step(pbt: PBT, state: RunnerState, sums) -> RunnerState:
+    """:func:`podracer.anakin.pbt.population_step` on a device's ``[agents, lanes, ...]`` state (every lane holds
+    the same learner, settings and population)."""
+    lane_0 = lambda tree: jax.tree.map(lambda x: x[:, 0], tree)  # noqa: E731
+    returns, _, episodes = sums
+    learner, hparams, population = population_step(
+        pbt, state.learner, lane_0(state.hparams), lane_0(state.population), returns, episodes
+    )
+    every_lane = lambda new, old: jax.tree.map(lambda n, o: jnp.broadcast_to(n[:, None], o.shape), new, old)  # noqa: E731
+    return state._replace(
+        learner=learner,
+        hparams=every_lane(hparams, state.hparams),
+        population=every_lane(population, state.population),
+    )
+
+
+def make_anakin(
+    agent: Agent,
+    env,
+    geometry: AnakinGeometry,
+    mesh: Mesh,
+    loop_on_device: bool = True,
+    sweep: Sweep | None = None,
+    pbt_factor: float = 1.25,
+    pbt_seed: int = 0,
+) -> Anakin:
     """Builds the Anakin program for ``agent`` on the auto-resetting jittable ``env``.
 
     ``mesh`` comes from :func:`anakin_mesh` for ``geometry.lanes``; see
-    :func:`podracer.anakin.config.loop_on_device` for ``loop_on_device``.
+    :func:`podracer.anakin.config.loop_on_device` for ``loop_on_device``. With a
+    ``sweep`` of ``geometry.members`` settings, each member's agents learn with its own; with
+    ``geometry.pbt_updates``, they are a population (:mod:`podracer.anakin.pbt`) whose settings change by
+    ``pbt_factor``, drawn from ``pbt_seed``.
     """
-    lanes, seeds = geometry.lanes, geometry.num_seeds
-    lane_update = functools.partial(_lane_update, agent, env, geometry.rollout_len)
+    lanes, seeds = geometry.lanes, geometry.agents
+    pbt = pbt_settings(geometry, sweep, pbt_factor, pbt_seed) if geometry.pbt_updates else None
+    agent_with = sweep.agent_with if sweep else lambda hparams: agent
+    hparams = sweep.values(geometry.num_seeds) if sweep else {}  # {name: [agents]}
+    lane_update = functools.partial(_lane_update, agent_with, env, geometry.rollout_len)
     lane_init = functools.partial(_lane_init, agent, env, lanes, geometry.envs_per_lane)
     # [seeds, lanes] inside a device; lanes are a named axis for the agent's gradient averaging.
     device_update = vmap_unless_single(vmap_unless_single(lane_update, lanes, LANE_AXIS), seeds)
 
     def device_init(seed_keys):
-        keys = jax.vmap(lambda key: jax.random.split(key, 4))(seed_keys)  # [seeds, 4]
-        lanes_of_seed = jax.vmap(lane_init, in_axes=(None, None, 0))  # the seed's learner is every lane's
-        per_seed = jax.vmap(lambda learner, seed_keys: lanes_of_seed(learner, seed_keys, jnp.arange(lanes)))
-        return jax.tree.map(lambda x: x[None], per_seed(_init_learners(agent, keys[:, 0]), keys))
+        keys = jax.vmap(lambda key: jax.random.split(key, 4))(seed_keys)  # [agents, 4]
+        lanes_of_seed = jax.vmap(lane_init, in_axes=(None, None, None, None, 0))  # the agent's learner: every lane's
+        per_seed = jax.vmap(lambda learner, keys, h, p: lanes_of_seed(learner, keys, h, p, jnp.arange(lanes)))
+        learners = _init_learners(agent_with, keys[:, 0], hparams)
+        population = initial_population(seeds) if pbt else ()
+        return jax.tree.map(lambda x: x[None], per_seed(learners, keys, hparams, population))
 
     def device_run(state: RunnerState, num_updates):
         state = jax.tree.map(lambda x: x[0], state)
@@ -158,7 +203,10 @@ def make_anakin(agent: Agent, env, geometry: AnakinGeometry, mesh: Mesh, loop_on
         def body(i, carry):
             state, stats = carry
             state, metrics, sums = device_update(state)
-            return state, _add_update(stats, i, *jax.tree.map(lambda x: x[:, 0], (metrics, sums)))
+            metrics, sums = jax.tree.map(lambda x: x[:, 0], (metrics, sums))
+            if pbt:
+                state = _population_step(pbt, state, sums)
+            return state, _add_update(stats, i, metrics, sums)
 
         zeros = jnp.zeros(seeds, jnp.float32)
         metric_shapes = jax.eval_shape(lambda s: device_update(s)[1], state)
@@ -171,8 +219,8 @@ def make_anakin(agent: Agent, env, geometry: AnakinGeometry, mesh: Mesh, loop_on
         return jax.tree.map(lambda x: x[None], state), stats
 
     @jax.jit
-    def init(seed):
-        seed_keys = jax.vmap(jax.random.key)(seed + jnp.arange(seeds))
+    def init(seed):  # a sweep's members share the seeds: agent i has seed seed + i % seeds per member
+        seed_keys = jax.vmap(jax.random.key)(seed + jnp.arange(seeds) % geometry.num_seeds)
         return shard_map(device_init, mesh, in_specs=P(), out_specs=P(DEVICE_AXIS))(seed_keys)
 
     run = jax.jit(

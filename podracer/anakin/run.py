@@ -8,6 +8,7 @@ does the logging, checkpoints, signals and resume.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import threading
 
 import jax
@@ -18,6 +19,7 @@ from podracer.agents import make_agent
 from podracer.anakin.config import AnakinConfig, geometry, loop_on_device
 from podracer.anakin.evaluate import AnakinEvaluator
 from podracer.anakin.program import anakin_mesh, make_anakin
+from podracer.anakin.sweep import Sweep, make_sweep
 from podracer.checkpoint import CheckpointConfig, settings_fingerprint
 from podracer.driver import Program, RunOptions, RunResult, drive, no_report, nothing_in_the_background
 from podracer.evaluation import EvalConfig
@@ -52,15 +54,14 @@ def train(
     With ``resume``, continues the run in ``run_dir`` from its newest checkpoint.
     """
     env = envs.make(env_name)
-    geo = geometry(config, len(select_devices(config.num_devices)))
-    shape = BatchShape(geo.num_updates, geo.rollout_len, geo.envs_per_lane)
-    agent = make_agent(agent_name, agent_config, env.spec, shape)
+    agent, sweep = build_agent(agent_name, agent_config, env, config)
     about = {"agent": agent_name, "env": env_name, "agent_config": dataclasses.asdict(agent_config)}
     return train_agent(
         agent,
         env,
         config,
         about,
+        sweep=sweep,
         run_dir=run_dir,
         quiet=quiet,
         checkpoint=checkpoint,
@@ -69,13 +70,24 @@ def train(
     )
 
 
+def build_agent(agent_name: str, agent_config, env, config: AnakinConfig) -> tuple[Agent, Sweep | None]:
+    """The agent ``agent_name`` for ``env`` at ``config``'s batch shape, and its ``--sweep`` (None without)."""
+    geo = geometry(config, len(select_devices(config.num_devices)))
+    shape = BatchShape(geo.num_updates, geo.rollout_len, geo.envs_per_lane)
+    make = functools.partial(make_agent, agent_name)
+    return make(agent_config, env.spec, shape), make_sweep(make, agent_config, env.spec, shape, config.sweep)
+
+
 def anakin_fingerprint(about: dict, config: AnakinConfig, num_devices: int) -> dict:
     """What decides an Anakin run's numbers (see :func:`podracer.checkpoint.settings_fingerprint`)."""
     return settings_fingerprint({**about, "anakin": dataclasses.asdict(config), "num_devices": num_devices})
 
 
-def train_agent(agent: Agent, env, config: AnakinConfig, about: dict | None = None, **options) -> RunResult:
-    """Runs any :class:`Agent` on an auto-resetting jittable ``env``; ``about`` goes into ``config.json``.
+def train_agent(
+    agent: Agent, env, config: AnakinConfig, about: dict | None = None, sweep: Sweep | None = None, **options
+) -> RunResult:
+    """Runs any :class:`Agent` on an auto-resetting jittable ``env``; ``about`` goes into ``config.json``; a
+    ``sweep`` (:func:`podracer.anakin.sweep.make_sweep`) trains each of its members beside the others.
 
     ``options`` are :class:`podracer.driver.RunOptions`' fields: ``run_dir``,
     ``quiet``, ``checkpoint`` (a :class:`CheckpointConfig`), ``resume`` and
@@ -88,15 +100,40 @@ def train_agent(agent: Agent, env, config: AnakinConfig, about: dict | None = No
     """
     options = RunOptions(**options)
     evaluation.check(options.evaluation)
-    return drive(anakin_program(agent, env, config, about or {}), options)
+    if config.sweep and sweep is None:
+        raise ValueError("--sweep: pass train_agent the Sweep of podracer.anakin.sweep.make_sweep")
+    return drive(anakin_program(agent, env, config, about or {}, sweep), options)
 
 
-def anakin_program(agent: Agent, env, config: AnakinConfig, about: dict) -> Program:
-    """The Anakin program for ``agent`` on ``env``, as :func:`podracer.driver.drive` runs it."""
+def agent_settings(state) -> dict:
+    """``{"hparams": {name: [agents]}, "population": Population of [agents] or ()}`` on the host, from device 0."""
+    first = lambda x: x.addressable_shards[0].data[0, :, 0]  # noqa: E731
+    return jax.device_get(
+        {"hparams": jax.tree.map(first, state.hparams), "population": jax.tree.map(first, state.population)}
+    )
+
+
+def population_record(latest: dict, update: int, pbt_updates: int) -> dict:
+    """A record's ``hyperparameters`` (each agent's current values) and, at a PBT step, ``pbt_parents`` (whose
+    learner each agent took: its own index where it kept its own); nothing without a sweep."""
+    if not latest:
+        return {}
+    record = {"hyperparameters": {n: [float(f"{v:.7g}") for v in values] for n, values in latest["hparams"].items()}}
+    if pbt_updates and update % pbt_updates == 0:
+        record["pbt_parents"] = [int(p) for p in latest["population"].parent]
+    return record
+
+
+def anakin_program(agent: Agent, env, config: AnakinConfig, about: dict, sweep: Sweep | None = None) -> Program:
+    """The Anakin program for ``agent`` on ``env`` (each member of ``sweep`` beside the others), as
+    :func:`podracer.driver.drive` runs it."""
     devices = select_devices(config.num_devices)
-    geo = geometry(config, len(devices))
+    geo = geometry(config, len(devices), len(sweep.members) if sweep else 1)
     on_device = loop_on_device(config.update_loop)
-    program = make_anakin(agent, env, geo, anakin_mesh(devices, geo.lanes), on_device)
+    mesh = anakin_mesh(devices, geo.lanes)
+    program = make_anakin(agent, env, geo, mesh, on_device, sweep, config.pbt_factor, config.seed)
+
+    latest = {}  # the agents' settings and PBT bookkeeping after the last step, for the records
 
     def compile(state):
         run = program.run.lower(state, np.int32(geo.updates_per_call)).compile()
@@ -104,6 +141,8 @@ def anakin_program(agent: Agent, env, config: AnakinConfig, about: dict) -> Prog
 
         def step(state, update: int, n: int):
             state, stats = run(state, np.int32(n))
+            if sweep:
+                latest.update(agent_settings(state))
             return state, fetch_replicated(stats)
 
         return step
@@ -111,7 +150,8 @@ def anakin_program(agent: Agent, env, config: AnakinConfig, about: dict) -> Prog
     banner = (
         f"anakin: {about.get('agent', 'agent')} on {about.get('env', 'env')}, {geo.num_devices} device(s) x "
         f"{geo.lanes} lane(s) x {geo.envs_per_lane} envs x {geo.rollout_len} steps = "
-        f"{geo.steps_per_update:,} steps/update, {geo.num_updates} updates, {geo.num_seeds} seed(s), "
+        f"{geo.steps_per_update:,} steps/update, {geo.num_updates} updates, {geo.num_seeds} seed(s)"
+        f"{f' x {geo.members} sweep members' if sweep else ''}, "
         f"{'a device loop of' if on_device else 'one update per call, logging every'} {geo.updates_per_call} updates"
     )
     run_config = {
@@ -122,6 +162,8 @@ def anakin_program(agent: Agent, env, config: AnakinConfig, about: dict) -> Prog
         "devices": [str(d) for d in devices],
         "jax_version": jax.__version__,
     }
+    if sweep:  # agent i of the records' per-seed lists is sweep member i // seeds, seed seed + i % seeds
+        run_config["sweep"] = {"members": list(sweep.members), "seeds_per_member": geo.num_seeds}
     return Program(
         banner=banner,
         config=run_config,
@@ -132,13 +174,14 @@ def anakin_program(agent: Agent, env, config: AnakinConfig, about: dict) -> Prog
         steps_per_update=geo.steps_per_update,
         frame_skip=1,
         seed=config.seed,
-        num_seeds=geo.num_seeds,
+        num_seeds=geo.agents,
         init=lambda: program.init(config.seed),
         compile=compile,
         running=nothing_in_the_background,
-        describe=lambda window, record: {},
+        describe=lambda window, record: population_record(latest, record["update"], geo.pbt_updates),
         report=no_report,
         interrupt=threading.Event(),
+        name_agent=(lambda i: sweep.describe(i, geo.num_seeds, config.seed)) if sweep else None,
         make_evaluator=lambda eval_config: (  # only process 0 logs, so only it evaluates
             AnakinEvaluator(agent, env, eval_config, config.seed, geo.steps_per_update)
             if jax.process_index() == 0

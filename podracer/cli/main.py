@@ -287,7 +287,7 @@ def _train_anakin(args, agent_config, run_dir):
         resume=args.resume is not None,
         evaluation=from_flags(EvalConfig, args),
     )
-    sps = result.env_steps * config.num_seeds / max(result.train_seconds, 1e-9)
+    sps = result.env_steps * result.agents / max(result.train_seconds, 1e-9)
     return result, f"sps={sps:.0f}", result.stopped_by
 
 

@@ -1,0 +1,121 @@
+"""--sweep: a grid of settings in one Anakin program, each member learning as a run of its own settings would."""
+
+import dataclasses
+import json
+import os
+
+import jax
+import numpy as np
+import pytest
+
+from podracer import envs
+from podracer.agents import AGENTS, ImpalaConfig, MuZeroConfig, PPOConfig, make_agent
+from podracer.anakin import AnakinConfig, anakin_mesh, geometry, make_anakin, train
+from podracer.anakin.sweep import make_sweep, sweepable
+from podracer.cli.main import main
+from podracer.evaluation import OFF as NO_EVALUATION
+from podracer.plot import aggregate_runs
+from podracer.types import BatchShape
+
+SMALL_PPO = dataclasses.replace(PPOConfig(), num_epochs=2, num_minibatches=2, learning_rate=1e-3)
+
+
+def _sweep(words, config=SMALL_PPO, agent="ppo"):
+    spec = envs.make("catch").spec
+    return make_sweep(lambda c, s, b: make_agent(agent, c, s, b), config, spec, BatchShape(10, 8, 8), words)
+
+
+@pytest.mark.parametrize(
+    "words, message",
+    [
+        (["learning_rate"], r"write NAME=VALUE,VALUE"),
+        (["learning_rate=1e-3,fast"], r"numbers separated by commas"),
+        (["learning_rate=1e-3,1e-3"], r"a value appears twice"),
+        (["learning_rate=1e-3,inf"], r"must be finite"),
+        (["learning_rate=1e-3", "learning-rate=3e-3"], r"named twice"),
+        (["speed=1,2"], r"no setting 'speed'; it can sweep .*learning_rate"),
+        (["num_epochs=1,2"], r"--num-epochs decides the program's shapes or structure.*one by one"),
+        (["clip_value=0,1"], r"--clip-value decides the program's shapes or structure"),
+        (
+            ["learning_rate=1e-3,-1", "gamma=0.9"],
+            r"member learning_rate=-1 gamma=0.9: --learning-rate must be positive",
+        ),
+    ],
+)
+def test_sweep_words_are_checked_before_anything_compiles(words, message):
+    with pytest.raises(ValueError, match=message):
+        _sweep(words)
+
+
+def test_the_grid_is_every_combination_member_major():
+    sweep = _sweep(["learning_rate=1e-4,1e-3", "entropy_coef=0,0.01,0.1"])
+    assert len(sweep.members) == 6 and sweep.members[1] == {"learning_rate": 1e-4, "entropy_coef": 0.01}
+    values = sweep.values(seeds=2)
+    np.testing.assert_allclose(values["entropy_coef"][:6], [0, 0, 0.01, 0.01, 0.1, 0.1], rtol=1e-6)
+    assert sweep.describe(3, seeds=2, first_seed=7) == "learning_rate=0.0001 entropy_coef=0.01 seed 8"
+    assert "replay_ratio" not in sweepable(MuZeroConfig) and "support_max" not in sweepable(MuZeroConfig)
+
+
+@pytest.mark.parametrize("agent", sorted(AGENTS))
+def test_every_sweepable_setting_of_every_agent_traces(agent):
+    """Every float the sweep accepts can be a traced value in the agent: nothing branches on it in Python."""
+    config = {"ppo": SMALL_PPO, "impala": ImpalaConfig(), "muzero": MuZeroConfig(num_simulations=2)}[agent]
+    env = envs.make("catch")
+    geo = geometry(AnakinConfig(num_envs=8, rollout_len=8, total_env_steps=8 * 8 * 4), 1)
+    make = lambda c, s, b: make_agent(agent, c, s, b)  # noqa: E731
+    shape = BatchShape(geo.num_updates, geo.rollout_len, geo.envs_per_lane)
+    words = [f"{name}={getattr(config, name)}" for name in sweepable(type(config))]
+    sweep = make_sweep(make, config, env.spec, shape, words)
+    geo = geo._replace(members=1)
+    program = make_anakin(make(config, env.spec, shape), env, geo, anakin_mesh(jax.devices()[:1], 1), sweep=sweep)
+    state = jax.eval_shape(program.init, 0)
+    assert set(state.hparams) == set(sweepable(type(config)))
+    jax.eval_shape(program.run, state, 1)
+
+
+def _agent_params(result, agent):
+    return jax.tree.map(lambda x: np.asarray(x.addressable_data(0))[0, agent, 0], result.state.learner.params)
+
+
+def test_each_member_learns_as_a_run_of_its_settings_alone():
+    config = AnakinConfig(num_envs=8, rollout_len=8, total_env_steps=8 * 8 * 6, num_devices=2, num_seeds=2, seed=5)
+    swept = dataclasses.replace(config, sweep=("learning_rate=3e-4,3e-3",))
+    together = train("ppo", SMALL_PPO, "catch", swept, quiet=True, evaluation=NO_EVALUATION)
+    alone = train(
+        "ppo",
+        dataclasses.replace(SMALL_PPO, learning_rate=3e-3),
+        "catch",
+        dataclasses.replace(config, num_seeds=1, seed=6),
+        quiet=True,
+        evaluation=NO_EVALUATION,
+    )
+    jax.tree.map(
+        lambda x, y: np.testing.assert_allclose(x, y, rtol=1e-4, atol=1e-5),
+        _agent_params(together, 3),  # member 1 (3e-3), seed 6
+        _agent_params(alone, 0),
+    )
+    member_0 = _agent_params(together, 1)  # 3e-4, seed 6: the same start, a smaller step
+    distance = lambda a, b: sum(float(np.abs(x - y).sum()) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))  # noqa: E731
+    assert distance(member_0, _agent_params(alone, 0)) > 10 * distance(
+        _agent_params(together, 3), _agent_params(alone, 0)
+    )
+    record = together.records[-1]
+    assert len(record["episode_return_per_seed"]) == 4 and together.agents == 4
+    assert record["hyperparameters"] == {"learning_rate": [3e-4, 3e-4, 3e-3, 3e-3]}
+
+
+@pytest.mark.slow
+def test_a_sweep_from_the_command_line_resumes_with_it_and_plots_per_member(tmp_path, capsys):
+    run_dir = str(tmp_path / "run")
+    flags = ["--preset", "catch_ppo", "--num-devices", "1", "--num-envs", "16", "--total-env-steps", "8192"]
+    sweep = ["--sweep", "learning_rate=1e-3,3e-3", "--num-seeds", "2", "--logdir", run_dir, "--quiet"]
+    assert main(["anakin", *flags, *sweep]) == 0
+    assert "sps=" in capsys.readouterr().out
+    assert main(["anakin", "--resume", run_dir, "--quiet"]) == 0  # the saved sweep, or the checkpoint would not fit
+    config = json.load(open(os.path.join(run_dir, "config.json")))
+    assert config["anakin"]["sweep"] == ["learning_rate=1e-3,3e-3"] and config["sweep"]["seeds_per_member"] == 2
+    groups = aggregate_runs([run_dir], reps=10)
+    assert sorted(groups) == ["anakin ppo catch learning_rate=0.001", "anakin ppo catch learning_rate=0.003"]
+    assert all(len(g["runs"]) == 2 for g in groups.values())
+    assert main(["anakin", *flags, "--sweep", "num_epochs=1,2", "--logdir", str(tmp_path / "bad")]) == 2
+    assert "--num-epochs decides the program's shapes" in capsys.readouterr().err
