@@ -76,6 +76,16 @@ def check_knobs(config: Any) -> None:
             raise ValueError(f"{flag} must be one of {choices}, got {value!r}")
 
 
+def check_update_count(num_updates: int, steps_per_update: int) -> None:
+    """Raises ValueError, naming ``--total-env-steps``, where the run's updates outnumber what an int32 counter
+    on the device holds."""
+    if num_updates > INT32_MAX:
+        raise ValueError(
+            f"--total-env-steps makes {num_updates:,} updates of {steps_per_update:,} steps, more than the "
+            f"{INT32_MAX:,} a run counts; use at most {INT32_MAX * steps_per_update:,} steps"
+        )
+
+
 def is_traced(value: Any) -> bool:
     """Whether a knob's ``value`` is a JAX tracer rather than a Python value: a ``--sweep`` member's setting
     inside the compiled program (:mod:`podracer.anakin.sweep`), whose concrete values were checked before."""

@@ -232,6 +232,11 @@ def test_muzero_runs_over_devices_and_lanes_and_checks_its_batch(tmp_path, capsy
         (["--coordinator-timeout", "-1"], "--coordinator-timeout must be a number of seconds in (0, 86400.0]"),
         (["--env", "nosuchenv"], "unknown environment 'nosuchenv'"),
         (["--env", ""], "unknown environment ''"),
+        (["--total-env-steps", str(2**50)], "steps, more than the 2,147,483,647 a run counts"),
+        (["--total-env-steps", str(10**12)], "gradient steps over the run, more than the 2,147,483,647"),
+        (["--sweep", "learning_rate=1e-3,-1"], "--sweep member learning_rate=-1: --learning-rate must be positive"),
+        (["--pbt-interval", "1000"], "--pbt-interval trains a population: the agents of a --sweep"),
+        (["--preset", str(os.devnull) + ".json"], ".json: cannot read it"),
     ],
 )
 def test_bad_numbers_are_refused_before_anything_starts(tmp_path, capsys, flags, message):

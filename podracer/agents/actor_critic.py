@@ -27,7 +27,7 @@ from podracer.agents.networks import (
 from podracer.agents.normalization import RunningMoments
 from podracer.agents.policies import CategoricalPolicy, GaussianConfig, GaussianPolicy, make_policy
 from podracer.agents.sgd import UNROLL_CHOICES
-from podracer.config import check_knobs, flag_name, is_traced, knob
+from podracer.config import INT32_MAX, check_knobs, flag_name, is_traced, knob
 from podracer.parallel import mean_over_replicas
 from podracer.types import EnvSpec, Params, Trajectory, episode_restarts, no_core, reset_core
 
@@ -189,6 +189,11 @@ def build(config: ActorCriticConfig, spec: EnvSpec, optimizer_steps: int | None)
 
     learning_rate = config.learning_rate
     if config.anneal_lr and optimizer_steps:
+        if optimizer_steps > INT32_MAX:
+            raise ValueError(
+                f"--anneal-lr counts {optimizer_steps:,} gradient steps over the run, more than the {INT32_MAX:,} "
+                "its int32 step counter holds: use fewer --total-env-steps, or --no-anneal-lr"
+            )
         learning_rate = optax.linear_schedule(config.learning_rate, 0.0, optimizer_steps)
     if config.optimizer == "rmsprop":
         scale = optax.rmsprop(learning_rate, decay=config.rmsprop_decay, eps=config.rmsprop_eps, eps_in_sqrt=False)

@@ -6,7 +6,7 @@ import dataclasses
 import math
 from typing import NamedTuple
 
-from podracer.config import STEP_COUNT_MAX, check_knobs, knob
+from podracer.config import STEP_COUNT_MAX, check_knobs, check_update_count, knob
 from podracer.driver import even_windows
 
 UPDATE_LOOPS = ("auto", "device", "host")
@@ -118,6 +118,7 @@ def geometry(config: AnakinConfig, num_devices: int, members: int = 1) -> Anakin
         )
     steps_per_update = config.num_envs * config.rollout_len
     num_updates = math.ceil(config.total_env_steps / steps_per_update)
+    check_update_count(num_updates, steps_per_update)
     interval = config.log_interval or max(1, config.total_env_steps // 20)
     updates_per_call = even_windows(num_updates, interval / steps_per_update)
     pbt_updates, pbt_replace = _pbt_schedule(config, members, steps_per_update, updates_per_call)

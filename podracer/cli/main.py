@@ -22,7 +22,13 @@ from typing import NamedTuple
 from podracer.agents import AGENTS
 from podracer.anakin.config import AnakinConfig
 from podracer.checkpoint import WRITE_FAILED_EXIT, CheckpointConfig, CheckpointWriteFailed
-from podracer.cli.presets import ANAKIN_PRESETS, DEFAULT_ANAKIN_PRESET, DEFAULT_SEBULBA_PRESET, SEBULBA_PRESETS
+from podracer.cli.presets import (
+    ANAKIN_PRESETS,
+    DEFAULT_ANAKIN_PRESET,
+    DEFAULT_SEBULBA_PRESET,
+    SEBULBA_PRESETS,
+    read_preset_file,
+)
 from podracer.config import add_flags, flag_name, from_flags, given_flags, round_up
 from podracer.distributed import CoordinatorUnreachable, say_goodbye
 from podracer.envs.host import HostEnvConfig
@@ -128,9 +134,10 @@ def _add_start_flags(parser: argparse.ArgumentParser, arch: Architecture, preset
     flags and their defaults), a resumed run's directory, and what starts JAX (devices, processes)."""
     parser.add_argument(
         "--preset",
-        choices=sorted(arch.presets),
+        type=lambda text: _preset_name(arch, text),
         default=preset,
-        help=f"settings to start from (default: {arch.default_preset})",
+        metavar="{" + ",".join(sorted(arch.presets)) + "} or PATH.json",
+        help=f"settings to start from, or a preset file of 'podracer tune --save' (default: {arch.default_preset})",
     )
     parser.add_argument(
         "--agent",
@@ -177,6 +184,19 @@ def _add_start_flags(parser: argparse.ArgumentParser, arch: Architecture, preset
         metavar="S",
         help="seconds to wait for the coordinator and the other processes (default: 300)",
     )
+
+
+def _preset_name(arch: Architecture, text: str) -> str:
+    if text in arch.presets or text.endswith(".json"):
+        return text
+    raise argparse.ArgumentTypeError(
+        f"invalid choice: {text!r} (choose from {', '.join(sorted(arch.presets))} or PATH.json)"
+    )
+
+
+def preset_named(arch: Architecture, name: str) -> dict:
+    """The preset ``name``, or the preset file at ``name`` (``.json``)."""
+    return read_preset_file(name, arch.name) if name.endswith(".json") else arch.presets[name]
 
 
 def _early_flags(arch: Architecture, argv: list[str]) -> argparse.Namespace:
@@ -234,7 +254,7 @@ def _discard_if_unused(run_dir: str, made_here: bool) -> None:
 def build_parser(
     arch: Architecture, preset_name: str, agent_name: str | None, resumed: dict | None = None
 ) -> argparse.ArgumentParser:
-    preset = arch.presets[preset_name]
+    preset = preset_named(arch, preset_name)
     if resumed is not None:
         preset = {**preset, "agent": resumed["agent"], "env": resumed["env"]}
     agent_name = agent_name or preset["agent"]
@@ -374,10 +394,10 @@ def run_architecture(arch: Architecture, argv: list[str]) -> int:
         initialize(early.coordinator, early.num_processes, early.process_id, early.coordinator_timeout)
         _resume_or_start(early)
         resumed = _resumed_defaults(arch, early.resume) if early.resume else None
+        parser = build_parser(arch, early.preset, early.agent, resumed)
     except (ValueError, FileNotFoundError, CoordinatorUnreachable) as error:
         print(f"podracer {arch.name}: error: {error}", file=sys.stderr)
         return 2
-    parser = build_parser(arch, early.preset, early.agent, resumed)
     args = parser.parse_args(argv)
     args.resume = early.resume
     if resumed is not None and args.logdir not in (None, args.resume):
@@ -462,6 +482,12 @@ def run_plot(argv: list[str]) -> int:
     return 0
 
 
+def run_tune(argv: list[str]) -> int:
+    from podracer.cli.tune import run_tune as measure_layouts
+
+    return measure_layouts(argv)
+
+
 def run_eval(argv: list[str]) -> int:
     from podracer.cli.eval import run_eval as evaluate  # imports JAX after it sets the device count
 
@@ -474,6 +500,7 @@ COMMANDS = {
     "presets": run_presets,
     "plot": run_plot,
     "eval": run_eval,
+    "tune": run_tune,
 }
 SUMMARY = {
     "anakin": "train with Anakin: everything on the devices (see 'podracer anakin --help')",
@@ -481,6 +508,7 @@ SUMMARY = {
     "presets": "list ready-made settings",
     "plot": "draw learning curves of runs",
     "eval": "evaluate a run's checkpoint and write a video of it playing (see 'podracer eval --help')",
+    "tune": "measure a preset's layouts on this host and print the fastest (see 'podracer tune --help')",
 }
 
 

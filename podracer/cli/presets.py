@@ -320,3 +320,29 @@ SEBULBA_PRESETS: dict[str, dict] = {
     },
 }
 DEFAULT_SEBULBA_PRESET = "cartpole_ppo"
+
+
+def read_preset_file(path: str, architecture: str) -> dict:
+    """A preset saved as JSON (``podracer tune --save``), in the form of this module's presets; ValueError naming
+    the file for one that is unreadable or of another architecture."""
+    import json
+
+    try:
+        with open(path) as f:
+            saved = json.load(f)
+    except OSError as error:
+        raise ValueError(f"--preset {path}: cannot read it ({error.strerror or error})") from None
+    except ValueError as error:
+        raise ValueError(f"--preset {path}: not a preset file ({error})") from None
+    if not isinstance(saved, dict) or saved.get("architecture") != architecture:
+        found = saved.get("architecture") if isinstance(saved, dict) else None
+        raise ValueError(f"--preset {path}: not a {architecture} preset (it says {found!r})")
+    missing = [
+        key for key in ("agent", "env", architecture, "agent_config") if not isinstance(saved.get(key), (str, dict))
+    ]
+    if missing:
+        raise ValueError(f"--preset {path}: it lacks {', '.join(missing)}")
+    preset = {"about": saved.get("about", path), "agent": saved["agent"], "env": saved["env"]}
+    if architecture == "anakin":
+        return {**preset, "anakin": saved["anakin"], "agent_config": saved["agent_config"]}
+    return {**preset, "fit": _fixed(saved["sebulba"], saved["agent_config"], saved.get("host_env"))}

@@ -9,7 +9,7 @@ from typing import NamedTuple
 
 import jax
 
-from podracer.config import STEP_COUNT_MAX, check_knobs, knob
+from podracer.config import STEP_COUNT_MAX, check_knobs, check_update_count, knob
 from podracer.driver import even_windows
 
 SYNC_MODES = ("throughput", "reproducible")
@@ -167,6 +167,7 @@ def geometry(config: SebulbaConfig, topo: Topology) -> SebulbaGeometry:
     processes = jax.process_count()
     steps_per_update = processes * threads * config.envs_per_thread * config.rollout_len
     num_updates = math.ceil(config.total_env_steps / steps_per_update)
+    check_update_count(num_updates, steps_per_update)
     interval = config.log_interval or max(1, config.total_env_steps // 20)
     return SebulbaGeometry(
         actor_threads=threads,

@@ -1,0 +1,113 @@
+"""``podracer tune``: measure a preset's layouts on this host and print (and save) the fastest."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import subprocess
+import sys
+
+from podracer import tune
+from podracer.cli.presets import ANAKIN_PRESETS, DEFAULT_ANAKIN_PRESET, DEFAULT_SEBULBA_PRESET, SEBULBA_PRESETS
+
+PRESETS = {"sebulba": (SEBULBA_PRESETS, DEFAULT_SEBULBA_PRESET), "anakin": (ANAKIN_PRESETS, DEFAULT_ANAKIN_PRESET)}
+
+
+def choose_preset(architecture: str, agent: str | None, env: str | None) -> str:
+    """The preset for ``agent`` on ``env``: the one of both, else one of the agent on the same family of
+    environments (Atari's ``-v5`` ids), else the architecture's default."""
+    presets, default = PRESETS[architecture]
+    if agent is None and env is None:
+        return default
+    for name, preset in presets.items():
+        if preset["agent"] == (agent or preset["agent"]) and preset["env"] == (env or preset["env"]):
+            return name
+    for name, preset in presets.items():
+        if preset["agent"] == agent and env and env.endswith("-v5") and preset["env"].endswith("-v5"):
+            return name
+    return default
+
+
+def local_devices(cpu_devices: int | None) -> int:
+    """How many devices a run here gets, asked of a fresh process (this one must not start JAX: on a GPU it would
+    hold memory the trials need)."""
+    if cpu_devices:
+        return cpu_devices
+    probe = [sys.executable, "-c", "import jax; print(jax.local_device_count())"]
+    return int(subprocess.run(probe, capture_output=True, text=True, check=True, timeout=300).stdout.split()[-1])
+
+
+def _positive(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be above 0, got {text}")
+    return value
+
+
+def run_tune(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="podracer tune",
+        description="Measure a preset's layouts on this host (Sebulba: device split, actor threads, envpool batches; "
+        "Anakin: lanes, update loop), each a short run of its own, and print the fastest as flags.",
+        epilog="Flags after -- are passed to every trial (e.g. -- --rollout-len 32).",
+    )
+    parser.add_argument("--architecture", choices=sorted(PRESETS), default="sebulba", help="(default: %(default)s)")
+    parser.add_argument("--preset", default=None, help="the preset to tune (default: the one for --agent on --env)")
+    parser.add_argument("--agent", default=None, help="the agent (default: the preset's)")
+    parser.add_argument("--env", default=None, help="the environment (default: the preset's)")
+    parser.add_argument("--minutes", type=_positive, default=5.0, help="time for all trials (default: %(default)s)")
+    parser.add_argument(
+        "--trial-seconds",
+        type=_positive,
+        default=20.0,
+        help="training seconds per trial, after compiling (default: 20)",
+    )
+    parser.add_argument("--cpu-devices", type=int, default=None, metavar="N", help="split the host CPU into N devices")
+    parser.add_argument("--save", default=None, metavar="PATH.json", help="write the fastest as a preset file")
+    args, passed = parser.parse_known_args(argv)
+    if passed and passed[0] == "--":
+        passed = passed[1:]
+    elif passed:
+        parser.error(f"unrecognized arguments: {' '.join(passed)} (flags for the trials go after --)")
+    presets, _ = PRESETS[args.architecture]
+    name = args.preset or choose_preset(args.architecture, args.agent, args.env)
+    if name not in presets:
+        parser.error(f"--preset {name!r}: {args.architecture} has {', '.join(sorted(presets))}")
+    if args.save and not args.save.endswith(".json"):
+        parser.error("--save takes a path ending in .json")
+    preset = presets[name]
+    agent, env = args.agent or preset["agent"], args.env or preset["env"]
+    devices = local_devices(args.cpu_devices)
+    if args.architecture == "sebulba":
+        group = preset["fit"](devices, os.cpu_count() or 1)
+        candidates = tune.sebulba_candidates(group["sebulba"], devices, os.cpu_count() or 1)
+    else:
+        group = {"anakin": preset["anakin"], "agent_config": preset["agent_config"]}
+        candidates = tune.anakin_candidates(group["anakin"], devices)
+    base = [args.architecture, "--preset", name, "--agent", agent, "--env", env, *passed]
+    if args.cpu_devices:
+        base += ["--cpu-devices", str(args.cpu_devices)]
+    print(
+        f"podracer tune: {len(candidates)} layouts of --preset {name} ({agent} on {env}, {devices} device(s)), "
+        f"{args.trial_seconds:g}s of training each, within {args.minutes:g} minutes",
+        flush=True,
+    )
+    trials = tune.tune(base, candidates, args.minutes, args.trial_seconds, report=lambda line: print(line, flush=True))
+    print("\n" + tune.table(trials))
+    best = tune.fastest(trials)
+    if best is None:
+        print("podracer tune: error: no trial ran to the end; see the lines above", file=sys.stderr)
+        return 1
+    flags = " ".join(best.flags) or "(none: the preset's own layout is the fastest)"
+    baseline = trials[0].sps
+    gain = f", {best.sps / baseline:.2f}x the preset's {baseline:,.0f}" if baseline else ""
+    print(f"\nfastest: {flags}\n{best.sps:,.0f} steps/s{gain}")
+    if args.save:
+        about = (
+            f"--preset {name} with the layout podracer tune found fastest on {platform.node()}: {best.sps:,.0f} steps/s"
+        )
+        tune.save_preset(args.save, args.architecture, {**preset, "agent": agent, "env": env}, group, best, about)
+        print(f"saved: {args.save} (train with: podracer {args.architecture} --preset {args.save})")
+    print(f"TUNE preset={name} fastest_sps={best.sps:.0f} preset_sps={baseline or 0:.0f} flags={' '.join(best.flags)}")
+    return 0
