@@ -19,6 +19,7 @@ import argparse
 import itertools
 import json
 import os
+import platform
 import re
 import subprocess
 import sys
@@ -26,6 +27,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # run as a file
+from experiments import bench_process  # noqa: E402
 from podracer.plot import FINAL_WINDOWS, plot_aggregate, read_metrics  # noqa: E402
 
 GRID = {"learning_rate": ("1e-4", "3e-4", "1e-3"), "entropy_coef": ("0", "0.01"), "clip_eps": ("0.1", "0.2")}
@@ -58,12 +60,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--preset", default="cartpole_ppo", help="Anakin preset (default: %(default)s)")
     parser.add_argument("--steps", type=int, default=500_000, help="env steps per member (default: %(default)s)")
     parser.add_argument("--figure", default="docs/results/sweep-cartpole.png", help="the members' curves ('' for none)")
+    parser.add_argument("--out", default="docs/benchmarks.md", help="markdown file for the section ('' for none)")
     args = parser.parse_args(argv)
+    shown = " ".join(sys.argv[1:] if argv is None else argv)
     base = ["--preset", args.preset, "--total-env-steps", str(args.steps), "--seed", "0"]
     members = [dict(zip(GRID, values)) for values in itertools.product(*GRID.values())]
+    words = [f"{name}={','.join(values)}" for name, values in GRID.items()]
     with tempfile.TemporaryDirectory() as scratch:
         sweep_dir = os.path.join(scratch, "sweep")
-        words = [f"{name}={','.join(values)}" for name, values in GRID.items()]
         swept = run([*base, "--sweep", *words], sweep_dir)
         print(f"sweep of {len(members)}: {swept['sps']:,.0f} steps/s over all members", flush=True)
         alone, alone_returns = [], []
@@ -91,19 +95,30 @@ def main(argv: list[str] | None = None) -> int:
             sum(r["wall_s"] for r in alone),
         ),
     ]
-    print(f"\n{len(members)} members x {steps:,} env steps, --preset {args.preset}, 1 CPU device")
-    print("\n| how | compiles | compile s | training s | steps/s, all members | per member | wall s (commands) |")
-    print("|---|---|---|---|---|---|---|")
+    lines = [
+        "# Hyperparameter sweeps",
+        "",
+        f"`python experiments/benchmark_sweep.py{' ' + shown if shown else ''}` on {platform.processor() or 'this CPU'} "
+        f"({os.cpu_count()} cores): {len(members)} members x {steps:,} env steps, `--preset {args.preset}`, 1 CPU "
+        "device, seed 0; the grid `" + " ".join(words) + "`. Training seconds exclude compilation; the wall time is "
+        "every command's, start to exit.",
+        "",
+        "| how | compiles | compile s | training s | steps/s, all members | per member | wall s (commands) |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for how, compiles, compile_s, train_s, per_member, wall in rows:
         total = per_member * len(members)
-        print(
+        lines.append(
             f"| {how} | {compiles} | {compile_s:.1f} | {train_s:.1f} | {total:,.0f} | {per_member:,.0f} | {wall:.1f} |"
         )
-    print("\n| member | final return, in the sweep | alone |")
-    print("|---|---|---|")
+    lines += ["", "Each member's final return (mean of its last 3 log windows), in the sweep and run alone:", ""]
+    lines += ["| member | in the sweep | alone |", "|---|---|---|"]
     for member, in_sweep, by_itself in zip(members, swept_returns, alone_returns):
         settings = " ".join(f"{k}={v}" for k, v in member.items())
-        print(f"| {settings} | {in_sweep:.1f} | {by_itself:.1f} |")
+        lines.append(f"| {settings} | {in_sweep:.1f} | {by_itself:.1f} |")
+    if args.figure:
+        lines += ["", f"![each member's curve]({os.path.relpath(args.figure, os.path.dirname(args.out) or '.')})"]
+    bench_process.report(lines, args.out)
     summary = {
         "preset": args.preset,
         "members": len(members),

@@ -79,29 +79,25 @@ def _agent_params(result, agent):
 
 def test_each_member_learns_as_a_run_of_its_settings_alone():
     config = AnakinConfig(num_envs=8, rollout_len=8, total_env_steps=8 * 8 * 6, num_devices=2, num_seeds=2, seed=5)
-    swept = dataclasses.replace(config, sweep=("learning_rate=3e-4,3e-3",))
+    swept = dataclasses.replace(config, sweep=("learning_rate=3e-4,3e-3", "entropy_coef=0.01,0.5"))
     together = train("ppo", SMALL_PPO, "catch", swept, quiet=True, evaluation=NO_EVALUATION)
     alone = train(
         "ppo",
-        dataclasses.replace(SMALL_PPO, learning_rate=3e-3),
+        dataclasses.replace(SMALL_PPO, learning_rate=3e-3, entropy_coef=0.5),
         "catch",
         dataclasses.replace(config, num_seeds=1, seed=6),
         quiet=True,
         evaluation=NO_EVALUATION,
     )
-    jax.tree.map(
-        lambda x, y: np.testing.assert_allclose(x, y, rtol=1e-4, atol=1e-5),
-        _agent_params(together, 3),  # member 1 (3e-3), seed 6
-        _agent_params(alone, 0),
-    )
-    member_0 = _agent_params(together, 1)  # 3e-4, seed 6: the same start, a smaller step
+    member_3 = _agent_params(together, 7)  # (3e-3, 0.5), seed 6: agents are member-major, 2 seeds each
+    jax.tree.map(lambda x, y: np.testing.assert_allclose(x, y, rtol=1e-4, atol=1e-5), member_3, _agent_params(alone, 0))
     distance = lambda a, b: sum(float(np.abs(x - y).sum()) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))  # noqa: E731
-    assert distance(member_0, _agent_params(alone, 0)) > 10 * distance(
-        _agent_params(together, 3), _agent_params(alone, 0)
-    )
+    float_error = distance(member_3, _agent_params(alone, 0))
+    for other in (5, 3):  # (3e-3, 0.01) and (3e-4, 0.5), seed 6: each differs from member 3 in one setting
+        assert distance(_agent_params(together, other), _agent_params(alone, 0)) > 10 * float_error
     record = together.records[-1]
-    assert len(record["episode_return_per_seed"]) == 4 and together.agents == 4
-    assert record["hyperparameters"] == {"learning_rate": [3e-4, 3e-4, 3e-3, 3e-3]}
+    assert len(record["episode_return_per_seed"]) == 8 and together.agents == 8
+    assert record["hyperparameters"]["entropy_coef"] == [0.01, 0.01, 0.5, 0.5] * 2
 
 
 @pytest.mark.slow
