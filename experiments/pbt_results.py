@@ -27,8 +27,6 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 from experiments import bench_process  # noqa: E402
 from podracer.plot import FINAL_WINDOWS, read_metrics  # noqa: E402
 
-HEADING = "# Population-based training"
-
 
 def train(flags: list[str], run_dir: str) -> list[dict]:
     """Runs (or, when it finished before, reuses) one ``podracer anakin`` command; returns its records."""
@@ -90,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     _plot(curves, figure, args.name)
     wins = sum(pbt_mean > fixed_best for _, _, fixed_best, pbt_mean, _ in rows)
     lines = [
-        HEADING,
+        f"# Population-based training on {args.name}",
         "",
         f"`python experiments/pbt_results.py{' ' + shown if shown else ''}` (the script's docstring says what "
         "it compares). Final returns (mean of the last 3 log windows of training episodes), at "

@@ -50,7 +50,7 @@ def sebulba_candidates(settings: dict, devices: int, cpu_count: int) -> list[dic
     splits = [{}]  # auto: device 0 acts, the others learn
     if devices >= 4:  # two actor devices, the rest learn
         splits.append({"actor_devices": "0,1", "learner_devices": ",".join(map(str, range(2, devices)))})
-    threads = [t for t in (1, 2, 4) if t <= max(1, cpu_count // 2) and per_device % t == 0] or [1]
+    threads = [t for t in (1, 2, 4) if t <= cpu_count and per_device % t == 0] or [1]
     candidates = []
     for split, n, batches in itertools.product(splits, threads, (1, 2)):
         envs = per_device // n

@@ -71,7 +71,9 @@ def test_pbt_settings_are_checked_and_its_steps_land_on_log_windows():
     with pytest.raises(ValueError, match="--pbt-quantile must be at most 0.5"):
         geometry(dataclasses.replace(swept, pbt_quantile=0.6), 1, members=2)
     geo = geometry(swept, 1, members=2)
-    assert (geo.updates_per_call, geo.pbt_updates, geo.pbt_replace) == (4, 8, 1)  # 9 updates -> 2 windows of 4
+    assert (geo.updates_per_call, geo.pbt_updates, geo.pbt_replace) == (3, 9, 1)  # windows of 3 end each PBT step
+    relogged = geometry(dataclasses.replace(swept, log_interval=64 * 8), 1, members=2)  # a resume may change it
+    assert (relogged.updates_per_call, relogged.pbt_updates) == (9, 9)  # the nearest divisor; the schedule stays
 
 
 @pytest.mark.slow
