@@ -192,7 +192,8 @@ def test_ppo_with_a_shared_torso_learns_from_the_values_its_actors_computed():
     traj = _uniform_behaviour_trajectory(T, B)
     state = agent.init(jax.random.key(0))
     params = agent.actor_params(state)
-    acted = [agent.act(params, obs, jax.random.key(t), ()) for t, obs in enumerate(traj.obs[:-1])]
+    act = jax.jit(agent.act)
+    acted = [act(params, obs, jax.random.key(t), ()) for t, obs in enumerate(traj.obs[:-1])]
     extras = jax.tree.map(lambda *steps: jnp.stack(steps), *[extras for _, extras, _ in acted])
     traj = traj._replace(action=jnp.stack([action for action, _, _ in acted]), extras=extras)
     network = actor_critic.build(config, spec, None).network
@@ -202,7 +203,7 @@ def test_ppo_with_a_shared_torso_learns_from_the_values_its_actors_computed():
         generalized_advantages(traj.reward, traj.discount, traj.valid, values, config.gamma, config.gae_lambda)
         + values[:-1]
     )
-    learn = single_replica(agent.learn)
+    learn = jax.jit(single_replica(agent.learn))
     metrics = learn(state, traj, jax.random.key(1))[1]
     np.testing.assert_allclose(metrics["value_loss"], 0.5 * jnp.mean(jnp.square(values[:-1] - target)), rtol=1e-5)
     shifted = traj._replace(extras={**extras, "value": extras["value"] + 1.0})  # the learner reads these
@@ -227,7 +228,7 @@ def test_impala_minibatches_are_gradient_steps_on_shuffled_whole_sequences():
     traj = _uniform_behaviour_trajectory(T, B)
     sequence = [jax.tree.map(lambda x, b=b: x[:, b : b + 1], traj) for b in range(B)]
     state = one_step.init(jax.random.key(0))
-    learn_one, learn_two = single_replica(one_step.learn), single_replica(two_steps.learn)
+    learn_one, learn_two = (jax.jit(single_replica(agent.learn)) for agent in (one_step, two_steps))  # traced once
     key = jax.random.key(1)
 
     def in_order(first, second):
@@ -249,7 +250,7 @@ def test_impala_minibatches_are_gradient_steps_on_shuffled_whole_sequences():
         seen.add(matches[0])
     assert seen == set(orders)  # the key shuffles
     with pytest.raises(ValueError, match="--num-minibatches 2 does not divide"):
-        learn_two(state, jax.tree.map(lambda x: x[:, :1], traj), key)
+        single_replica(two_steps.learn)(state, jax.tree.map(lambda x: x[:, :1], traj), key)
 
 
 def test_rmsprop_steps_as_pytorch_and_the_summed_loss_is_the_mean_times_the_batch():
