@@ -10,6 +10,7 @@ writes each process's shards and coordinates the commit.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import json
 import logging
@@ -245,7 +246,7 @@ def restore(
             try:
                 meta = manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore())).meta
                 _check_compatible(meta, step, run_dir, fingerprint)
-                state = manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract))).state
+                state = _restore_state(manager, step, abstract, _fields_on_disk(directory, step))
             except IncompatibleCheckpoint:
                 raise
             except Exception as error:  # noqa: BLE001 - whatever orbax raises for a damaged checkpoint
@@ -264,6 +265,32 @@ def restore(
         raise CheckpointUnreadable(f"no checkpoint in {directory} restores: {'; '.join(skipped)}")
     finally:
         manager.close()
+
+
+def _fields_on_disk(directory: str, step: int) -> set[str] | None:
+    """The top-level fields of the state saved at ``step`` (from orbax's metadata file), or None if unreadable."""
+    try:
+        with open(os.path.join(directory, str(step), "state", "_METADATA")) as f:
+            paths = json.load(f)["tree_metadata"]
+        return {ast.literal_eval(path)[0] for path in paths}
+    except (OSError, ValueError, KeyError, TypeError, SyntaxError, IndexError):
+        return None
+
+
+def _restore_state(manager, step: int, abstract: Any, on_disk: set[str] | None) -> Any:
+    """The state at ``step`` restored into ``abstract``'s structure. A checkpoint written before an empty field
+    of the state existed (an Anakin run without a sweep has no settings and no population: ``{}`` and ``()``)
+    lacks it, and orbax refuses a structure with a node more: such fields are left out of what is read (orbax
+    matches a NamedTuple and a dict of its fields alike) and put back empty."""
+    import orbax.checkpoint as ocp
+
+    missing = set(getattr(abstract, "_fields", ())) - (on_disk or set(getattr(abstract, "_fields", ())))
+    empty = {name for name in missing if not jax.tree.leaves(getattr(abstract, name))}
+    if not missing or missing != empty:  # the same structure, or one that differs in arrays: orbax says how
+        return manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract))).state
+    present = {name: value for name, value in abstract._asdict().items() if name not in missing}
+    stored = manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(present))).state
+    return abstract._replace(**{name: stored[name] for name in present})
 
 
 def restore_for_reading(run_dir: str, like: Any, fingerprint: dict, update: int | None = None) -> tuple[Any, dict]:

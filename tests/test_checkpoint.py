@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import time
+from typing import NamedTuple
 
 import jax
 import numpy as np
@@ -591,3 +592,29 @@ def test_a_checkpoint_that_cannot_be_written_stops_the_run_in_one_line_and_it_re
     records = [json.loads(line) for line in open(os.path.join(run_dir, "metrics.jsonl"))]
     updates = [r["update"] for r in records]
     assert updates == sorted(set(updates)) and records[-1]["env_steps"] == 8192  # continued from update 2, no gap
+
+
+class _SavedBefore(NamedTuple):
+    params: jax.Array
+    core: tuple
+
+
+class _StateNow(NamedTuple):  # two fields more, empty in a run that does not use them (Anakin's sweep settings, PBT)
+    params: jax.Array
+    core: tuple
+    hparams: dict
+    population: tuple
+
+
+def test_a_checkpoint_written_before_an_empty_field_existed_still_restores(tmp_path):
+    from podracer.checkpoint import Checkpointer, restore
+
+    run_dir = str(tmp_path / "run")
+    params = jax.numpy.arange(6.0).reshape(2, 3)
+    Checkpointer(run_dir, {"a": 1}).save(4, _SavedBefore(params, ()), {"update": 4})
+    state, counters = restore(run_dir, _StateNow(jax.numpy.zeros((2, 3)), (), {}, ()), {"a": 1})
+    assert isinstance(state, _StateNow) and counters == {"update": 4}
+    np.testing.assert_array_equal(state.params, params)
+    assert state.hparams == {} and state.population == ()
+    with pytest.raises(Exception, match="do not match"):  # a field with arrays the checkpoint lacks is not made up
+        restore(run_dir, _StateNow(params, (), {"lr": jax.numpy.zeros(2)}, ()), {"a": 1}, repair=False)
