@@ -122,7 +122,7 @@ def _at_least_one(text: str) -> int:
 MAX_CPU_DEVICES = 1024  # 1,024 simulated devices start in 4 s on 2 cores; 100,000 hung with no output
 
 
-def _cpu_devices(text: str) -> int:
+def cpu_device_count(text: str) -> int:
     value = _at_least_one(text)
     if value > MAX_CPU_DEVICES:
         raise argparse.ArgumentTypeError(f"must be at most {MAX_CPU_DEVICES}, got {value}")
@@ -147,7 +147,7 @@ def _add_start_flags(parser: argparse.ArgumentParser, arch: Architecture, preset
     )
     parser.add_argument(
         "--cpu-devices",
-        type=_cpu_devices,
+        type=cpu_device_count,
         default=None,
         metavar="N",
         help="split the host CPU into N devices, to try multi-device runs without accelerators",

@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 from podracer import tune
+from podracer.cli.main import cpu_device_count
 from podracer.cli.presets import ANAKIN_PRESETS, DEFAULT_ANAKIN_PRESET, DEFAULT_SEBULBA_PRESET, SEBULBA_PRESETS
 
 PRESETS = {"sebulba": (SEBULBA_PRESETS, DEFAULT_SEBULBA_PRESET), "anakin": (ANAKIN_PRESETS, DEFAULT_ANAKIN_PRESET)}
@@ -63,7 +64,9 @@ def run_tune(argv: list[str]) -> int:
         default=20.0,
         help="training seconds per trial, after compiling (default: 20)",
     )
-    parser.add_argument("--cpu-devices", type=int, default=None, metavar="N", help="split the host CPU into N devices")
+    parser.add_argument(
+        "--cpu-devices", type=cpu_device_count, default=None, metavar="N", help="split the host CPU into N devices"
+    )
     parser.add_argument("--save", default=None, metavar="PATH.json", help="write the fastest as a preset file")
     args, passed = parser.parse_known_args(argv)
     if passed and passed[0] == "--":
@@ -76,6 +79,8 @@ def run_tune(argv: list[str]) -> int:
         parser.error(f"--preset {name!r}: {args.architecture} has {', '.join(sorted(presets))}")
     if args.save and not args.save.endswith(".json"):
         parser.error("--save takes a path ending in .json")
+    if args.save and not os.access(os.path.dirname(os.path.abspath(args.save)), os.W_OK):
+        parser.error(f"--save {args.save}: cannot write into {os.path.dirname(os.path.abspath(args.save))}")
     preset = presets[name]
     agent, env = args.agent or preset["agent"], args.env or preset["env"]
     devices = local_devices(args.cpu_devices)
