@@ -74,25 +74,25 @@ def _same_as_preset(candidate: dict, settings: dict) -> bool:
 
 
 def measure(command: list[str], trial_seconds: float, timeout: float = 900) -> tuple[float, float]:
-    """Runs the ``podracer`` ``command`` until it compiled, lets it train ``trial_seconds``, stops it with
-    SIGINT; returns ``(steps/s, compile seconds)`` from its RESULT line. Raises RuntimeError if it failed."""
+    """Runs the ``podracer`` ``command`` until it compiled (within ``timeout`` seconds), lets it train
+    ``trial_seconds``, stops it with SIGINT; returns ``(steps/s, compile seconds)`` from its RESULT line. Raises
+    RuntimeError if it failed."""
     with tempfile.TemporaryFile("w+") as err, tempfile.TemporaryFile("w+") as out:
         proc = subprocess.Popen(command, stdout=out, stderr=err, text=True)
-        start, trained_from = time.monotonic(), None
-        while proc.poll() is None and time.monotonic() - start < timeout:
-            time.sleep(0.25)
-            if trained_from is None:
-                err.seek(0)
-                if "compiled in" in err.read():
-                    trained_from = time.monotonic()
-            elif time.monotonic() - trained_from >= trial_seconds:
-                proc.send_signal(signal.SIGINT)
-                break
         try:
-            proc.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+            start, trained_from = time.monotonic(), None
+            while proc.poll() is None and time.monotonic() - start < timeout:
+                time.sleep(0.25)
+                if trained_from is None:
+                    err.seek(0)
+                    if "compiled in" in err.read():
+                        trained_from = time.monotonic()
+                        start = trained_from  # from here the trial's own seconds bound it
+                        timeout = trial_seconds + 120
+                elif time.monotonic() - trained_from >= trial_seconds:
+                    break
+        finally:  # whatever ends the wait (the trial's time, a timeout, tune itself being stopped): stop the trial
+            _stop(proc)
         out.seek(0)
         err.seek(0)
         found = re.search(r"\bsps=([0-9.]+) .*\bcompile_s=([0-9.]+)", out.read())
@@ -100,6 +100,17 @@ def measure(command: list[str], trial_seconds: float, timeout: float = 900) -> t
             lines = err.read().strip().splitlines()
             raise RuntimeError(lines[-1] if lines else f"exit code {proc.returncode}")
         return float(found.group(1)), float(found.group(2))
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """SIGINT (the run checkpoints and prints its RESULT line), then SIGKILL if it has not ended in 2 minutes."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(timeout=120)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def tune(base: list[str], candidates: list[dict], minutes: float, trial_seconds: float, report=print) -> list[Trial]:

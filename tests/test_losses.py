@@ -286,5 +286,5 @@ def test_rmsprop_steps_as_pytorch_and_the_summed_loss_is_the_mean_times_the_batc
     np.testing.assert_allclose(metrics[True]["policy_loss"], metrics[False]["policy_loss"], rtol=1e-6)
     with pytest.raises(ValueError, match="--optimizer must be one of"):
         make_impala(ImpalaConfig(optimizer="sgd"), spec)
-    with pytest.raises(ValueError, match="--rmsprop-decay must lie in"):
+    with pytest.raises(ValueError, match="--rmsprop-decay must be at most 0.9999"):
         make_impala(ImpalaConfig(optimizer="rmsprop", rmsprop_decay=1.0), spec)

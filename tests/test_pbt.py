@@ -10,9 +10,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from podracer import envs
 from podracer.agents import PPOConfig
 from podracer.anakin import AnakinConfig, geometry, train
 from podracer.anakin.pbt import PBT, Population, population_step
+from podracer.anakin.run import build_agent
 from podracer.checkpoint import CheckpointConfig
 from podracer.evaluation import OFF as NO_EVALUATION
 
@@ -26,11 +28,12 @@ def _population(returns, episodes):
         jnp.array(episodes, jnp.float32),
         jnp.zeros(agents, jnp.int32),
         jnp.arange(agents, dtype=jnp.int32),
+        jnp.zeros(agents, jnp.int32),
     )
 
 
 def test_the_worst_agents_take_a_leaders_learner_and_a_perturbed_copy_of_its_settings():
-    pbt = PBT(interval=1, replace=2, factor=2.0, bounds={"lr": (None, 3.0)}, seed=0)
+    pbt = PBT(interval=1, replace=2, factor=2.0, bounds={"lr": (None, 3.0)}, seed=0, window=1)
     learner = {"w": jnp.arange(8, dtype=jnp.float32)[:, None] * jnp.ones((8, 3))}  # agent i's weights are all i
     hparams = {"lr": jnp.array([0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 1.9, 0.8])}
     # Mean returns 5, 1, 6, 0.5, 7, 4, 9, none ended: the worst are 7 (no episode) and 3; the leaders 6 and 4.
@@ -46,11 +49,11 @@ def test_the_worst_agents_take_a_leaders_learner_and_a_perturbed_copy_of_its_set
         assert any(float(explored["lr"][agent]) == pytest.approx(choice) for choice in choices)
     np.testing.assert_array_equal(explored["lr"][:3], hparams["lr"][:3])
     assert not np.asarray(after.return_sum).any() and not np.asarray(after.episodes).any()
-    assert (np.asarray(after.updates) == 1).all()
+    assert (np.asarray(after.updates) == 1).all() and (np.asarray(after.steps) == 1).all()
 
 
 def test_between_steps_the_population_only_counts():
-    pbt = PBT(interval=3, replace=1, factor=2.0, bounds={}, seed=0)
+    pbt = PBT(interval=3, replace=1, factor=2.0, bounds={}, seed=0, window=3)
     learner, hparams = {"w": jnp.arange(4.0)}, {"lr": jnp.ones(4)}
     population = _population([1, 2, 3, 4], [1, 1, 1, 1])
     out_learner, out_hparams, after = population_step(pbt, learner, hparams, population, jnp.ones(4), jnp.ones(4))
@@ -70,10 +73,15 @@ def test_pbt_settings_are_checked_and_its_steps_land_on_log_windows():
         geometry(dataclasses.replace(swept, pbt_quantile=0.0), 1, members=2)
     with pytest.raises(ValueError, match="--pbt-quantile must be at most 0.5"):
         geometry(dataclasses.replace(swept, pbt_quantile=0.6), 1, members=2)
+    with pytest.raises(ValueError, match="no PBT step would happen"):
+        geometry(dataclasses.replace(swept, pbt_interval=64 * 40), 1, members=2)
     geo = geometry(swept, 1, members=2)
-    assert (geo.updates_per_call, geo.pbt_updates, geo.pbt_replace) == (3, 9, 1)  # windows of 3 end each PBT step
+    assert (geo.updates_per_call, geo.pbt_updates, geo.pbt_replace) == (4, 9, 1)
     relogged = geometry(dataclasses.replace(swept, log_interval=64 * 8), 1, members=2)  # a resume may change it
-    assert (relogged.updates_per_call, relogged.pbt_updates) == (9, 9)  # the nearest divisor; the schedule stays
+    assert (relogged.updates_per_call, relogged.pbt_updates) == (8, 9)  # the schedule stays
+    one_seed = dataclasses.replace(swept, num_seeds=1)  # 2 members x 1 seed: a population of 2
+    _, sweep = build_agent("ppo", SMALL_PPO, envs.make("catch"), one_seed)
+    assert geometry(one_seed, 1, members=len(sweep.members)).pbt_updates == 9
 
 
 @pytest.mark.slow
@@ -94,7 +102,7 @@ def test_a_population_resumed_from_a_checkpoint_ends_as_the_uninterrupted_one(tm
     options = dict(quiet=True, evaluation=NO_EVALUATION, checkpoint=checkpoints)
     whole = train("ppo", SMALL_PPO, "catch", config, run_dir, **options)
     steps = [r for r in whole.records if "pbt_parents" in r]
-    assert [r["update"] for r in steps] == [8, 16, 24]
+    assert [(r["update"], r["pbt_steps"]) for r in steps] == [(8, 1), (16, 1), (24, 1)]
     assert any(r["pbt_parents"] != list(range(4)) for r in steps)  # someone was replaced
     lrs = whole.records[-1]["hyperparameters"]["learning_rate"]
     assert any(lr not in (pytest.approx(3e-4), pytest.approx(3e-3)) for lr in lrs)  # and explored

@@ -53,13 +53,15 @@ def test_the_grid_is_every_combination_member_major():
     values = sweep.values(seeds=2)
     np.testing.assert_allclose(values["entropy_coef"][:6], [0, 0, 0.01, 0.01, 0.1, 0.1], rtol=1e-6)
     assert sweep.describe(3, seeds=2, first_seed=7) == "learning_rate=0.0001 entropy_coef=0.01 seed 8"
-    assert "replay_ratio" not in sweepable(MuZeroConfig) and "support_max" not in sweepable(MuZeroConfig)
+    assert not {"replay_ratio", "support_max", "priority_alpha"} & set(sweepable(MuZeroConfig))
 
 
 @pytest.mark.parametrize("agent", sorted(AGENTS))
 def test_every_sweepable_setting_of_every_agent_traces(agent):
     """Every float the sweep accepts can be a traced value in the agent: nothing branches on it in Python."""
-    config = {"ppo": SMALL_PPO, "impala": ImpalaConfig(), "muzero": MuZeroConfig(num_simulations=2)}[agent]
+    config = {"ppo": SMALL_PPO, "impala": ImpalaConfig(), "muzero": MuZeroConfig(num_simulations=2, prioritized=True)}[
+        agent
+    ]
     env = envs.make("catch")
     geo = geometry(AnakinConfig(num_envs=8, rollout_len=8, total_env_steps=8 * 8 * 4), 1)
     make = lambda c, s, b: make_agent(agent, c, s, b)  # noqa: E731

@@ -45,10 +45,10 @@ class ActorCriticConfig(GaussianConfig):
         choices=OPTIMIZERS,
     )
     adam_eps: float = knob(1e-5, "Adam epsilon", minimum=0.0)
-    rmsprop_decay: float = knob(0.99, "RMSProp: decay of the average of squared gradients", minimum=0.0)
+    rmsprop_decay: float = knob(0.99, "RMSProp: decay of the average of squared gradients", minimum=0.0, maximum=0.9999)
     rmsprop_eps: float = knob(0.01, "RMSProp epsilon (added to the root of that average)", minimum=0.0)
     max_grad_norm: float = knob(0.5, "clip gradients to this global norm")
-    gamma: float = knob(0.99, "discount factor")
+    gamma: float = knob(0.99, "discount factor", minimum=0.0, maximum=1.0)
     entropy_coef: float = knob(0.01, "weight of the entropy bonus")
     value_coef: float = knob(0.5, "weight of the value loss")
     torso: str = knob("auto", f"network torso, one of {TORSOS}; auto: MLP for vectors, conv for images")
@@ -91,8 +91,6 @@ _BOUNDS = {  # knob -> (whether a value is allowed, what it must be)
     "learning_rate": (lambda v: v > 0, "be positive"),
     "max_grad_norm": (lambda v: v > 0, "be positive"),
     "reward_scale": (lambda v: v > 0, "be positive"),
-    "gamma": (lambda v: 0.0 <= v <= 1.0, "lie in [0, 1]"),
-    "rmsprop_decay": (lambda v: v < 1.0, "lie in [0, 1)"),
 }
 
 

@@ -28,7 +28,7 @@ class ImpalaConfig(ActorCriticConfig):
     learning_rate: float = knob(6e-4, "learning rate")
     # 0.95 rather than rlax's 1: on Anakin's on-policy data (rho = 1) lambda 1 makes V-trace's advantages
     # T-step Monte-Carlo returns, and CartPole stalled near 320 where 0.95 reaches 500 (docs/results.md).
-    vtrace_lambda: float = knob(0.95, "V-trace lambda (trace mixing)")
+    vtrace_lambda: float = knob(0.95, "V-trace lambda (trace mixing)", minimum=0.0, maximum=1.0)
     clip_rho: float = knob(1.0, "V-trace clipping of importance ratios for the value targets")
     clip_pg_rho: float = knob(1.0, "V-trace clipping of importance ratios for the policy gradient")
     num_minibatches: int = knob(

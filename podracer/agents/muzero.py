@@ -42,14 +42,14 @@ class MuZeroConfig:
     learning_rate: float = knob(1e-3, "Adam learning rate")
     weight_decay: float = knob(1e-4, "decoupled weight decay (AdamW)")
     max_grad_norm: float = knob(5.0, "clip gradients to this global norm")
-    gamma: float = knob(0.99, "discount factor")
+    gamma: float = knob(0.99, "discount factor", minimum=0.0, maximum=1.0)
     search: str = knob(
         "gumbel", f"one of {SEARCHES}: Gumbel MuZero, or classic MuZero with Dirichlet noise", choices=SEARCHES
     )
     num_simulations: int = knob(16, "search simulations per step", minimum=1)
     max_considered_actions: int = knob(16, "Gumbel search: actions sampled at the root", minimum=1)
     dirichlet_alpha: float = knob(0.3, "classic search: Dirichlet noise concentration at the root")
-    dirichlet_fraction: float = knob(0.25, "classic search: weight of the root noise")
+    dirichlet_fraction: float = knob(0.25, "classic search: weight of the root noise", minimum=0.0, maximum=1.0)
     temperature: float = knob(1.0, "classic search: temperature of the visit-count policy")
     unroll_steps: int = knob(5, "K: model unroll steps per sampled window", minimum=1)
     td_steps: int = knob(10, "n: steps of the n-step value targets", minimum=1)
@@ -64,13 +64,13 @@ class MuZeroConfig:
     replay_capacity: int = knob(2000, "replay steps kept per environment (each replica keeps its own envs)", minimum=1)
     min_replay_steps: int = knob(0, "steps per environment stored before learning starts (0: one window)", minimum=0)
     prioritized: bool = knob(False, "sample windows in proportion to |value error| ** priority_alpha")
-    priority_alpha: float = knob(1.0, "prioritised replay exponent")
+    priority_alpha: float = knob(1.0, "prioritised replay exponent", sweepable=False)
     priority_beta: float = knob(1.0, "importance-weight exponent")
     target_update: str = knob(
         "ema", f"one of {TARGET_UPDATES}: how the target network follows the online one", choices=TARGET_UPDATES
     )
     target_period: int = knob(100, "periodic target: gradient steps between copies", minimum=1)
-    target_ema: float = knob(0.01, "EMA target: step size towards the online parameters")
+    target_ema: float = knob(0.01, "EMA target: step size towards the online parameters", minimum=0.0, maximum=1.0)
     value_coef: float = knob(0.25, "weight of the value loss")
     reward_coef: float = knob(1.0, "weight of the reward loss")
     hidden_gradient_scale: float = knob(0.5, "gradient scale on the hidden state entering the dynamics")

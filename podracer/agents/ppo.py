@@ -25,7 +25,7 @@ from podracer.types import Agent, BatchShape, EnvSpec, Trajectory
 
 @dataclasses.dataclass(frozen=True)
 class PPOConfig(ActorCriticConfig):
-    gae_lambda: float = knob(0.95, "GAE lambda")
+    gae_lambda: float = knob(0.95, "GAE lambda", minimum=0.0, maximum=1.0)
     clip_eps: float = knob(0.2, "PPO ratio clipping epsilon")
     num_epochs: int = knob(4, "passes over each batch", minimum=1)
     num_minibatches: int = knob(4, "minibatches per pass; each spans every device", minimum=1)

@@ -21,7 +21,7 @@ class AnakinConfig:
     pbt_interval: int = knob(
         0,
         "population-based training of the --sweep's agents: env steps per agent between two exploit-and-explore "
-        "steps (rounded to whole updates; log windows are fitted to end at each); 0: none",
+        "steps (rounded to whole updates); 0: none",
         minimum=0,
         maximum=STEP_COUNT_MAX,
     )
@@ -80,7 +80,7 @@ class AnakinGeometry(NamedTuple):
     num_updates: int
     updates_per_call: int
     members: int = 1  # --sweep's grid points
-    pbt_updates: int = 0  # updates between two PBT steps (0: no PBT), a whole number of log windows (updates_per_call)
+    pbt_updates: int = 0  # updates between two PBT steps (0: no PBT)
     pbt_replace: int = 0  # agents replaced at each PBT step
 
     @property
@@ -121,9 +121,7 @@ def geometry(config: AnakinConfig, num_devices: int, members: int = 1) -> Anakin
     check_update_count(num_updates, steps_per_update)
     interval = config.log_interval or max(1, config.total_env_steps // 20)
     updates_per_call = even_windows(num_updates, interval / steps_per_update)
-    pbt_updates, pbt_replace = _pbt_schedule(config, members, steps_per_update)
-    if pbt_updates:  # every PBT step ends a log window, so that its record shows the lineage
-        updates_per_call = _nearest_divisor(pbt_updates, interval / steps_per_update)
+    pbt_updates, pbt_replace = _pbt_schedule(config, members, steps_per_update, num_updates)
     return AnakinGeometry(
         num_devices=num_devices,
         lanes=config.lanes,
@@ -138,11 +136,7 @@ def geometry(config: AnakinConfig, num_devices: int, members: int = 1) -> Anakin
     )
 
 
-def _nearest_divisor(n: int, target: float) -> int:
-    return min((d for d in range(1, n + 1) if n % d == 0), key=lambda d: (abs(d - target), d))
-
-
-def _pbt_schedule(config: AnakinConfig, members: int, steps_per_update: int) -> tuple[int, int]:
+def _pbt_schedule(config: AnakinConfig, members: int, steps_per_update: int, num_updates: int) -> tuple[int, int]:
     """``(updates between PBT steps, agents replaced at each)``; ``(0, 0)`` without PBT. The schedule depends on
     what is learnt only (not on ``--log-interval``, which a resume may change)."""
     if not config.pbt_interval:
@@ -155,4 +149,10 @@ def _pbt_schedule(config: AnakinConfig, members: int, steps_per_update: int) -> 
         )
     if config.pbt_quantile <= 0:
         raise ValueError(f"--pbt-quantile must be above 0, got {config.pbt_quantile}")
-    return max(1, round(config.pbt_interval / steps_per_update)), max(1, int(agents * config.pbt_quantile))
+    interval = max(1, round(config.pbt_interval / steps_per_update))
+    if interval >= num_updates:
+        raise ValueError(
+            f"--pbt-interval {config.pbt_interval} is {interval} updates of {steps_per_update:,} steps, and the run "
+            f"has {num_updates}: no PBT step would happen; use a shorter interval"
+        )
+    return interval, max(1, int(agents * config.pbt_quantile))

@@ -29,7 +29,8 @@ class Population(NamedTuple):
     return_sum: jax.Array  # f32: summed returns of the training episodes that ended since the last step
     episodes: jax.Array  # f32: how many ended
     updates: jax.Array  # i32: updates done since the run began
-    parent: jax.Array  # i32: whose learner the agent took at the last step (its own index if it kept its own)
+    parent: jax.Array  # i32: whose learner (as the current log window began) the agent's descends from
+    steps: jax.Array  # i32: PBT steps in the current log window
 
 
 class PBT(NamedTuple):
@@ -40,17 +41,18 @@ class PBT(NamedTuple):
     factor: float  # a copied setting is multiplied or divided by this
     bounds: dict  # {name: (low, high)} (None where unbounded)
     seed: int
+    window: int  # updates per log window: the lineage is told per window (it changes nothing that is learnt)
 
 
 def pbt_settings(geometry, sweep, factor: float, seed: int) -> PBT:
     """The :class:`PBT` of an :class:`~podracer.anakin.config.AnakinGeometry` with ``pbt_updates`` and its
     :class:`~podracer.anakin.sweep.Sweep`."""
-    return PBT(geometry.pbt_updates, geometry.pbt_replace, factor, sweep.bounds, seed)
+    return PBT(geometry.pbt_updates, geometry.pbt_replace, factor, sweep.bounds, seed, geometry.updates_per_call)
 
 
 def initial_population(agents: int) -> Population:
-    zeros = jnp.zeros(agents, jnp.float32)
-    return Population(zeros, zeros, jnp.zeros(agents, jnp.int32), jnp.arange(agents, dtype=jnp.int32))
+    zeros, none = jnp.zeros(agents, jnp.float32), jnp.zeros(agents, jnp.int32)
+    return Population(zeros, zeros, none, jnp.arange(agents, dtype=jnp.int32), none)
 
 
 def fitness(population: Population) -> jax.Array:
@@ -75,15 +77,22 @@ def _exploit_and_explore(pbt: PBT, key: jax.Array, learner, hparams: dict, popul
         low, high = pbt.bounds.get(name, (None, None))
         explored[name] = jnp.where(copied, jnp.clip(value, low, high), hparams[name])
     zeros = jnp.zeros_like(population.return_sum)
-    return learner, explored, Population(zeros, zeros, population.updates, source.astype(jnp.int32))
+    parent = population.parent[source]  # agent j now holds what agent source[j] held, and its descent
+    return learner, explored, Population(zeros, zeros, population.updates, parent, population.steps + 1)
 
 
 def population_step(pbt: PBT, learner, hparams: dict, population: Population, returns, episodes):
     """After an update: counts its ended episodes (``returns``/``episodes``: ``[agents]`` sums over every
     replica) and, every ``pbt.interval`` updates, exploits and explores. ``learner`` leaves are ``[agents,
     ...]``, ``hparams`` ``{name: [agents]}``; returns the three updated."""
+    updates = population.updates + 1
+    window_begins = (updates - 1) % pbt.window == 0  # this update opens a log window: its lineage starts afresh
     population = Population(
-        population.return_sum + returns, population.episodes + episodes, population.updates + 1, population.parent
+        population.return_sum + returns,
+        population.episodes + episodes,
+        updates,
+        jnp.where(window_begins, jnp.arange(updates.shape[0], dtype=jnp.int32), population.parent),
+        jnp.where(window_begins, 0, population.steps),
     )
     key = jax.random.fold_in(jax.random.key(pbt.seed ^ PBT_STREAM), population.updates[0])
     return jax.lax.cond(

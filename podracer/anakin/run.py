@@ -72,7 +72,7 @@ def train(
 
 def build_agent(agent_name: str, agent_config, env, config: AnakinConfig) -> tuple[Agent, Sweep | None]:
     """The agent ``agent_name`` for ``env`` at ``config``'s batch shape, and its ``--sweep`` (None without)."""
-    geo = geometry(config, len(select_devices(config.num_devices)))
+    geo = geometry(dataclasses.replace(config, pbt_interval=0), len(select_devices(config.num_devices)))  # shape
     shape = BatchShape(geo.num_updates, geo.rollout_len, geo.envs_per_lane)
     make = functools.partial(make_agent, agent_name)
     return make(agent_config, env.spec, shape), make_sweep(make, agent_config, env.spec, shape, config.sweep)
@@ -113,14 +113,17 @@ def agent_settings(state) -> dict:
     )
 
 
-def population_record(latest: dict, update: int, pbt_updates: int) -> dict:
-    """A record's ``hyperparameters`` (each agent's current values) and, at a PBT step, ``pbt_parents`` (whose
-    learner each agent took: its own index where it kept its own); nothing without a sweep."""
+def population_record(latest: dict) -> dict:
+    """A record's ``hyperparameters`` (each agent's current values) and, after PBT steps in its window,
+    ``pbt_steps`` (how many) and ``pbt_parents`` (whose learner, as the window began, each agent's descends
+    from: its own index where it kept its own); nothing without a sweep."""
     if not latest:
         return {}
     record = {"hyperparameters": {n: [float(f"{v:.7g}") for v in values] for n, values in latest["hparams"].items()}}
-    if pbt_updates and update % pbt_updates == 0:
-        record["pbt_parents"] = [int(p) for p in latest["population"].parent]
+    population = latest["population"]
+    if population and int(population.steps[0]):
+        record["pbt_steps"] = int(population.steps[0])
+        record["pbt_parents"] = [int(p) for p in population.parent]
     return record
 
 
@@ -178,7 +181,7 @@ def anakin_program(agent: Agent, env, config: AnakinConfig, about: dict, sweep: 
         init=lambda: program.init(config.seed),
         compile=compile,
         running=nothing_in_the_background,
-        describe=lambda window, record: population_record(latest, record["update"], geo.pbt_updates),
+        describe=lambda window, record: population_record(latest),
         report=no_report,
         interrupt=threading.Event(),
         name_agent=(lambda i: sweep.describe(i, geo.num_seeds, config.seed)) if sweep else None,

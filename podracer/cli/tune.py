@@ -83,7 +83,11 @@ def run_tune(argv: list[str]) -> int:
         parser.error(f"--save {args.save}: cannot write into {os.path.dirname(os.path.abspath(args.save))}")
     preset = presets[name]
     agent, env = args.agent or preset["agent"], args.env or preset["env"]
-    devices = local_devices(args.cpu_devices)
+    try:
+        devices = local_devices(args.cpu_devices)
+    except (subprocess.SubprocessError, ValueError, IndexError) as error:
+        print(f"podracer tune: error: could not count this host's devices with JAX ({error})", file=sys.stderr)
+        return 2
     if args.architecture == "sebulba":
         group = preset["fit"](devices, os.cpu_count() or 1)
         candidates = tune.sebulba_candidates(group["sebulba"], devices, os.cpu_count() or 1)
@@ -112,6 +116,8 @@ def run_tune(argv: list[str]) -> int:
         about = (
             f"--preset {name} with the layout podracer tune found fastest on {platform.node()}: {best.sps:,.0f} steps/s"
         )
+        if agent != preset["agent"]:  # the trials ran the agent with its own defaults, not the preset's agent's
+            group = {**group, "agent_config": {}}
         tune.save_preset(args.save, args.architecture, {**preset, "agent": agent, "env": env}, group, best, about)
         print(f"saved: {args.save} (train with: podracer {args.architecture} --preset {args.save})")
     print(f"TUNE preset={name} fastest_sps={best.sps:.0f} preset_sps={baseline or 0:.0f} flags={' '.join(best.flags)}")
