@@ -112,14 +112,13 @@ def test_a_sebulba_preset_batch_is_raised_to_fit_the_learner_devices(tmp_path, c
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("devices", [1, 2, 4, 8])
+@pytest.mark.parametrize("devices", [1, 8])
 def test_the_first_command_runs_unchanged_on_any_device_count(tmp_path, devices):
-    """README's first command, ``podracer anakin`` with no flags, on 1, 2, 4 and 8 simulated devices: whole on 1
-    and 8 (the count it once failed on), a tenth of its steps on 2 and 4 (same batch checks and program)."""
+    """README's first command, ``podracer anakin`` with no flags, whole on 1 and on 8 simulated devices (the count
+    it once failed on; test_anakin.py checks 2 and 4 devices and lanes give the same training)."""
     env = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}"}
-    shorter = [] if devices in (1, 8) else ["--total-env-steps", "50000"]
     out = subprocess.run(
-        [sys.executable, "-m", "podracer.cli.main", "anakin", *shorter],
+        [sys.executable, "-m", "podracer.cli.main", "anakin"],
         cwd=tmp_path,
         env=env,
         capture_output=True,

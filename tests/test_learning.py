@@ -136,16 +136,17 @@ def test_ppo_balances_brax_inverted_pendulum():
 @pytest.mark.slow
 def test_ppo_with_the_minatar_conv_learns_asterix():
     """The short test beside the results suite's `anakin-ppo-asterix-minatar-conv` row (docs/results.md):
-    minatar_ppo with `--torso conv --learning-rate 1e-3` on Asterix-MinAtar for 60 updates (491,520 steps, the
-    learning rate annealed over them). Measured: seeds 0/1/2 end at 1.61/1.25/1.64 (mean of the last 3 windows of
-    81,920 steps); the first window, the untrained policy, is 0.50-0.55; about 75 s each on 2 cores."""
+    minatar_ppo with `--torso conv --learning-rate 1e-3` on Asterix-MinAtar for 40 updates (327,680 steps, the
+    learning rate annealed over them). Measured: seeds 0/1/2 end at 1.02/1.23/1.28 (mean of the last 3 windows of
+    40,960 steps); the first window, the untrained policy, is 0.46-0.49; about 50 s each on 2 cores. (At 60
+    updates: 1.61/1.25/1.64 in 75 s; at 30: 0.83/0.96/0.90, too near a bar that says it learnt.)"""
     preset = ANAKIN_PRESETS["minatar_ppo"]
     agent_config = PPOConfig(**{**preset["agent_config"], "torso": "conv", "learning_rate": 1e-3})
     config = dataclasses.replace(
-        AnakinConfig(**preset["anakin"]), total_env_steps=491_520, num_devices=1, seed=0, log_interval=81_920
+        AnakinConfig(**preset["anakin"]), total_env_steps=327_680, num_devices=1, seed=0, log_interval=40_960
     )
     result = train(
         "ppo", agent_config, "gymnax:Asterix-MinAtar", config, run_dir=None, quiet=True, evaluation=NO_EVALUATION
     )
-    assert result.records[0]["episode_return"] < 0.7
-    assert _final_return(result) >= 1.0
+    assert result.records[0]["episode_return"] < 0.6
+    assert _final_return(result) >= 0.8

@@ -62,7 +62,7 @@ def test_tune_measures_the_preset_and_saves_the_fastest_which_then_trains(tmp_pa
     monkeypatch.delenv("XLA_FLAGS", raising=False)  # the trials split the CPU themselves (--cpu-devices)
     saved = str(tmp_path / "fastest.json")
     flags = ["--architecture", "anakin", "--preset", "catch_ppo", "--cpu-devices", "1"]
-    assert main(["tune", *flags, "--minutes", "0.2", "--trial-seconds", "2", "--save", saved]) == 0
+    assert main(["tune", *flags, "--minutes", "0.1", "--trial-seconds", "2", "--save", saved]) == 0
     out = capsys.readouterr().out
     assert "| layout | steps/s | vs the preset |" in out and "| (preset) |" in out
     line = next(line for line in out.splitlines() if line.startswith("TUNE "))
