@@ -98,8 +98,9 @@ def _lane_update(agent_with: Callable[[dict], Agent], env, rollout_len: int, run
         agent, env, rollout_len, params, runner.env_state, runner.obs, runner.core, rollout_key
     )
     learner, metrics = agent.learn(runner.learner, traj, update_key)
-    runner = runner._replace(learner=learner, env_state=env_state, obs=obs, core=core, act_key=act_key)
-    runner = runner._replace(learn_key=learn_key)
+    runner = runner._replace(
+        learner=learner, env_state=env_state, obs=obs, core=core, act_key=act_key, learn_key=learn_key
+    )
     # One collective for both: between processes on CPU each is a gloo round trip.
     metric_sums, episode_sums = sum_over_replicas((metrics, episodes.ended_sums()))
     return runner, jax.tree.map(lambda m: m / replica_count(), metric_sums), episode_sums
