@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from podracer.agents import conv
+from podracer.agents.dense import Dense
 from podracer.types import EnvSpec
 
 TORSOS = ("auto", "mlp", "conv", "nature_cnn", "impala_resnet")
@@ -44,7 +45,7 @@ class MLP(nn.Module):
     def __call__(self, x):
         x = _as_float(x).reshape((x.shape[0], -1))
         for size in self.hidden_sizes:
-            x = ACTIVATIONS[self.activation](nn.Dense(size, kernel_init=_orthogonal())(x))
+            x = ACTIVATIONS[self.activation](Dense(size, kernel_init=_orthogonal())(x))
         return x
 
 
@@ -58,7 +59,7 @@ class SmallConv(nn.Module):
     def __call__(self, x):
         x = nn.relu(Conv(self.channels, (3, 3), kernel_init=_orthogonal())(_as_float(x)))
         x = x.reshape((x.shape[0], -1))
-        return nn.relu(nn.Dense(self.hidden_size, kernel_init=_orthogonal())(x))
+        return nn.relu(Dense(self.hidden_size, kernel_init=_orthogonal())(x))
 
 
 class NatureCNN(nn.Module):
@@ -70,7 +71,7 @@ class NatureCNN(nn.Module):
         for channels, kernel, stride in ((32, 8, 4), (64, 4, 2), (64, 3, 1)):
             x = nn.relu(Conv(channels, (kernel, kernel), (stride, stride), "VALID", kernel_init=_orthogonal())(x))
         x = x.reshape((x.shape[0], -1))
-        return nn.relu(nn.Dense(512, kernel_init=_orthogonal())(x))
+        return nn.relu(Dense(512, kernel_init=_orthogonal())(x))
 
 
 def max_pool_same(x: jax.Array, window: int = 3, stride: int = 2) -> jax.Array:
@@ -121,7 +122,7 @@ class ImpalaResNet(nn.Module):
             x = ResidualBlock(channels)(x)
             x = ResidualBlock(channels)(x)
         x = nn.relu(x).reshape((x.shape[0], -1))
-        return nn.relu(nn.Dense(256, kernel_init=_orthogonal())(x))
+        return nn.relu(Dense(256, kernel_init=_orthogonal())(x))
 
 
 def resolve_torso(kind: str, spec: EnvSpec) -> str:
@@ -165,7 +166,7 @@ class ActorCritic(nn.Module):
         if not self.shared_torso:
             self.critic_torso = self.torso()
         self.policy_head = self.policy_head_factory()
-        self.value_head = nn.Dense(1, kernel_init=_orthogonal(1.0))
+        self.value_head = Dense(1, kernel_init=_orthogonal(1.0))
 
     def policy(self, obs):
         return self.policy_head(self.actor_torso(obs))
@@ -209,7 +210,7 @@ class RecurrentActorCritic(nn.Module):
         self.encoder = self.torso()
         self.cell = recurrent_cell(self.core, self.core_size)
         self.policy_head = self.policy_head_factory()
-        self.value_head = nn.Dense(1, kernel_init=_orthogonal(1.0))
+        self.value_head = Dense(1, kernel_init=_orthogonal(1.0))
 
     def embed(self, obs):
         return self.encoder(obs)

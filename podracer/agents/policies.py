@@ -19,6 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from podracer.agents.dense import Dense
 from podracer.config import flag_name, is_traced, knob
 from podracer.types import Box, EnvSpec
 
@@ -56,7 +57,7 @@ class CategoricalPolicy:
         self.num_actions = num_actions
 
     def head(self) -> nn.Module:
-        return nn.Dense(self.num_actions, kernel_init=_orthogonal(0.01))
+        return Dense(self.num_actions, kernel_init=_orthogonal(0.01))
 
     def sample(self, logits: jax.Array, key: jax.Array) -> tuple[jax.Array, dict]:
         action = jax.random.categorical(key, logits).astype(jnp.int32)
@@ -84,9 +85,9 @@ class GaussianHead(nn.Module):
 
     @nn.compact
     def __call__(self, features):
-        mean = nn.Dense(self.action_size, kernel_init=_orthogonal(0.01))(features)
+        mean = Dense(self.action_size, kernel_init=_orthogonal(0.01))(features)
         if self.state_dependent_std:
-            log_std = nn.Dense(
+            log_std = Dense(
                 self.action_size, kernel_init=_orthogonal(0.01), bias_init=nn.initializers.constant(self.log_std_init)
             )(features)
         else:

@@ -75,10 +75,12 @@ def shuffled_minibatches(
         x = x.reshape((*x.shape[:axis], num_minibatches, -1, *x.shape[axis + 1 :]))
         return jnp.moveaxis(x, axis, 0)
 
-    def epoch(carry, key):
+    def epoch(carry, order):
         # One gather per epoch, then static slices: cheaper than a gather per minibatch.
-        order = random_permutation(key, n)
         return jax.lax.scan(step, carry, jax.tree.map(lambda x: split(x, order), batch), unroll=unroll)
 
-    carry, metrics = jax.lax.scan(epoch, carry, jax.random.split(key, num_epochs), unroll=unroll)
+    # Every epoch's order at once: one random draw and one sort for all of them (on XLA:CPU each draw is a loop
+    # of its own), the same orders as drawn one epoch at a time.
+    orders = jax.vmap(lambda epoch_key: random_permutation(epoch_key, n))(jax.random.split(key, num_epochs))
+    carry, metrics = jax.lax.scan(epoch, carry, orders, unroll=unroll)
     return carry, jax.tree.map(lambda m: m.reshape((-1, *m.shape[2:])), metrics)
