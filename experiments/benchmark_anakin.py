@@ -39,7 +39,7 @@ HEADLINE = [  # PureJaxRL's CartPole PPO settings, and its 64-env variant, as qu
 ]
 SWEEP_ENVS = (4, 16, 64, 256, 1024, 4096)
 SWEEP_DEVICES = (1, 2, 8)
-ACCELERATOR_ENVS = (1024, 8192, 65536)  # --accelerator: over every device of the host (devices 0 = all)
+ACCELERATOR_ENVS = (1024, 4096, 8192, 65536)  # --accelerator: over every device of the host (devices 0 = all)
 ROLLOUT_LEN = 128
 PARTS_ENVS = (4, 64)  # where an update's time goes, at PureJaxRL's batch and the 64-env one
 PARTS_CALLS = 50

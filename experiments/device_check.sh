@@ -7,7 +7,9 @@
 # go on if JAX sees no GPU or TPU, then runs the Anakin, Sebulba and MuZero benchmarks with --accelerator
 # (accelerator-sized batches on the host's own devices, about 8 minutes in all as planned; not yet timed on
 # a device). Their tables go into docs/benchmarks.md under headings of their own ("... on an accelerator"),
-# beside the CPU tables, and the whole log to device_check.log (or $OUT/device_check.log where OUT is set).
+# beside the CPU tables, and the whole log to device_check.log (or $OUT/device_check.log where OUT is set);
+# then one table of the headline figures (Anakin at 4,096 envs, training and environment alone; Sebulba's
+# IMPALA on Breakout-v5 beside Cleanba's per-GPU figure) to device_check.md (experiments/device_summary.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1
@@ -29,5 +31,8 @@ for bench in anakin sebulba muzero; do
     python "experiments/benchmark_$bench.py" --accelerator 2>&1 | tee -a "$log"
     echo "device_check: benchmark_$bench took $((SECONDS - start)) s so far" | tee -a "$log"
 done
+summary="${OUT:-.}/device_check.md"
+echo "device_check: the headline table ($summary)" | tee -a "$log"
+python experiments/device_summary.py "$log" --out "$summary" | tee -a "$log"
 if [ -n "${OUT:-}" ]; then cp docs/benchmarks.md "$OUT/"; fi
 echo "device_check: done in $((SECONDS - start)) s; the tables are in docs/benchmarks.md"

@@ -190,3 +190,25 @@ def test_each_lab_script_runs_as_a_file_from_a_checkout(script):
         env=env,
     )
     assert out.returncode == 0 and "usage" in out.stdout, out.stderr[-2000:]
+
+
+def test_the_device_summary_is_one_table_of_the_headline_measurements():
+    from experiments import device_summary
+
+    log = "\n".join(
+        [
+            "device_check: benchmark_anakin --accelerator",
+            'BENCH {"mode": "train", "num_envs": 1024, "sps": 1.0, "compile_s": 1.0, "backend": "gpu"}',
+            'BENCH {"mode": "train", "num_envs": 4096, "sps": 2500000.4, "compile_s": 3.21, "backend": "gpu"}',
+            'BENCH {"kind": "train", "env_id": "Breakout-v5", "agent": "ppo", "sps": 9.0, "fps": 36.0}',
+            'BENCH {"kind": "train", "env_id": "Breakout-v5", "agent": "impala", "envs_per_thread": 32, '
+            '"actor_threads": 2, "learner_devices": "auto", "sps": 5000.0, "fps": 20000.0, "compile_s": 9.0}',
+        ]
+    )
+    table = device_summary.summary(device_summary.bench_lines(log))
+    assert table[0].startswith("| measurement (backend gpu) |")
+    assert "| Anakin CartPole, 4,096 envs, training (PPO) | 2,500,000 | 2,500,000 | 3.2 | |" in table
+    assert "| Anakin CartPole, 4,096 envs, environment only (random policy) | - | - | - | |" in table  # not in the log
+    (impala,) = [row for row in table if "IMPALA" in row]
+    assert "| 5,000 | 20,000 | 9.0 |" in impala and "24,000 frames/s on one A100" in impala
+    assert len(table) == 5
