@@ -379,8 +379,9 @@ def write_page(docs: str) -> str:
                 "",
             ]
     page = os.path.join(docs, "results.md")
+    others = _other_sections(page)  # read before opening the page for writing empties it
     with open(page, "w") as f:
-        f.write("\n".join(lines) + _other_sections(page))
+        f.write("\n".join(lines) + others)
     return page
 
 
@@ -424,6 +425,14 @@ def preset_settings(entry: Entry) -> dict:
     return json.loads(json.dumps({key: settings[key] for key in settings if key not in ("about", "fit")}))
 
 
+def _defining(value):
+    """``value`` as :func:`_recorded` compares it: a preset part that sets nothing (``"host_env": {}``, which
+    presets gained on 2026-12-06) is the same as none."""
+    if isinstance(value, dict):
+        return {key: part for key, part in value.items() if part != {}}
+    return value
+
+
 def _recorded(entry: Entry, old: dict) -> dict | None:
     """``entry``'s summary from an earlier call (``old``: the suite's recorded numbers), if it was of the same
     runs: a machine without the run directories (a fresh checkout) keeps the page's finished results."""
@@ -435,7 +444,7 @@ def _recorded(entry: Entry, old: dict) -> dict | None:
                 "flags": list(entry.flags),
                 "preset_settings": preset_settings(entry),
             }
-            if all(summary.get(field) == now[field] for field in DEFINING_FIELDS):
+            if all(_defining(summary.get(field)) == _defining(now[field]) for field in DEFINING_FIELDS):
                 return {**summary, "measured": summary.get("measured", old.get("measured"))}
     return None
 

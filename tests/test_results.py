@@ -249,6 +249,7 @@ def test_only_trains_the_named_entry_and_recorded_numbers_outlive_missing_runs(t
     for summary in recorded:
         summary["measured"] = "long ago"
     recorded[2]["preset_settings"]["agent_config"]["learning_rate"] = 1.0  # its preset has changed since
+    recorded[0]["preset_settings"]["host_env"] = {}  # a part that sets nothing: the same preset
     (docs / "results" / "tiny.json").write_text(
         json.dumps(
             {"measured": "long ago", "names": [kept.name, trained.name, changed.name], "entries": recorded, "peers": {}}
@@ -280,3 +281,13 @@ def test_only_trains_the_named_entry_and_recorded_numbers_outlive_missing_runs(t
     page = (docs / "results.md").read_text()
     assert "Recorded by an earlier call and kept" in page and f"{kept.name} (measured long ago)" in page
     assert f"Not finished yet (run the command again to continue): {changed.name}" in page
+
+
+def test_rewriting_the_page_keeps_the_sections_other_scripts_wrote(tmp_path):
+    (tmp_path / "results").mkdir()
+    extra = "# Population-based training on cartpole\n\nPBT's population mean beats the best fixed member.\n"
+    (tmp_path / "results.md").write_text("# Results\n\nold suites\n\n" + extra)
+    page = results.write_page(str(tmp_path))
+    text = open(page).read()
+    assert text.endswith(extra) and "old suites" not in text
+    assert text.count("# Population-based training on cartpole") == 1
