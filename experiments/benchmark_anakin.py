@@ -33,9 +33,16 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from experiments import bench_process  # noqa: E402
 
-HEADLINE = [  # PureJaxRL's CartPole PPO settings, and its 64-env variant, as quoted in the issue
-    {"name": "PureJaxRL config: 4 envs x 128 steps, 5e5 steps", "num_envs": 4, "total": 500_000, "quoted_sps": 140_000},
-    {"name": "64 envs x 128 steps, 5e6 steps", "num_envs": 64, "total": 5_000_000, "quoted_sps": 110_000},
+HEADLINE = [  # PureJaxRL's CartPole PPO settings and its 64-env variant: PureJaxRL's figures quoted for 2 CPU cores
+    # (a run without --purejaxrl compares with them) and the ratios podracer aims at (issue 36)
+    {
+        "name": "PureJaxRL config: 4 envs x 128 steps, 5e5 steps",
+        "num_envs": 4,
+        "total": 500_000,
+        "quoted_sps": 140_000,
+        "aim": 1.5,
+    },
+    {"name": "64 envs x 128 steps, 5e6 steps", "num_envs": 64, "total": 5_000_000, "quoted_sps": 110_000, "aim": 1.6},
 ]
 SWEEP_ENVS = (4, 16, 64, 256, 1024, 4096)
 SWEEP_DEVICES = (1, 2, 8)
@@ -252,11 +259,17 @@ def _purejaxrl_path(checkout: str) -> str:
 
 
 def _checkout_name(checkout: str) -> str:
-    """The checkout's git commit where it is a git checkout, else its path."""
-    out = subprocess.run(
-        ["git", "-C", checkout, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
-    )
-    return f"luchris429/purejaxrl at {out.stdout.strip()}" if out.returncode == 0 else f"the copy at `{checkout}`"
+    """The checkout's git commit and the files it changes where it is a git checkout, else its path."""
+
+    def git(*command: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["git", "-C", checkout, *command], capture_output=True, text=True, check=False)
+
+    commit = git("rev-parse", "--short", "HEAD")
+    if commit.returncode:
+        return f"the copy at `{checkout}`"
+    changed = git("diff", "--name-only", "HEAD").stdout.split()
+    changes = f"with local changes to {', '.join(f'`{name}`' for name in changed)}" if changed else "unmodified"
+    return f"luchris429/purejaxrl at {commit.stdout.strip()}, {changes}"
 
 
 def _python_jax(python: str) -> str:
@@ -407,8 +420,8 @@ def main() -> None:
             "mean episode return over the last 5% of the run; PureJaxRL's `returned_episode_returns` averaged over its",
             "last update.",
             "",
-            "| configuration | podracer steps/s | runs | compile s | return at the end | PureJaxRL steps/s | its runs | its compile s | its return | ratio (aim 1.2x) |",
-            "|---|---|---|---|---|---|---|---|---|---|",
+            "| configuration | podracer steps/s | runs | compile s | return at the end | PureJaxRL steps/s | its runs | its compile s | its return | ratio | aim |",
+            "|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         if headline_rows
         else []
@@ -426,12 +439,12 @@ def main() -> None:
             reference_cells = f"{reference:,} (quoted) | - | - | -"
         lines.append(
             f"| {case['name']} | {median:,.0f} | {_listed(runs)} | {_median_compile(runs):.1f} | "
-            f"{_final_return(runs)} | {reference_cells} | {median / reference:.2f}x |"
+            f"{_final_return(runs)} | {reference_cells} | {median / reference:.2f}x | {case['aim']}x |"
         )
     if args.purejaxrl:
         lines += [
             "",
-            f"PureJaxRL here: `purejaxrl/ppo.py` from {_checkout_name(args.purejaxrl)}, unmodified, run by "
+            f"PureJaxRL here: `purejaxrl/ppo.py` from {_checkout_name(args.purejaxrl)}, run by "
             f"`--purejaxrl-python` (jax {_python_jax(args.purejaxrl_python)}).",
         ]
     if parts:
