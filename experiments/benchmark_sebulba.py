@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import sys
 import tempfile
 import time
@@ -36,7 +37,15 @@ PEER_UPDATES = {"impala": 6, "ppo": 4}
 CLEANBA_MINIBATCHES = 4  # Cleanba's default for both agents (PPO: per epoch, 4 epochs; IMPALA: one pass)
 
 
+def _cpu_seconds() -> float:
+    """CPU time this process has used so far, every thread's (envpool's workers, XLA's) counted."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 def _raw(env_id: str, num_envs: int, batch_size: int, threads: int, seconds: float) -> dict:
+    """envpool's own rate with random actions, and the CPU time each agent step takes (``cpu_us_per_step``) on
+    the host's ``cores``."""
     import envpool
     import numpy as np
 
@@ -51,12 +60,13 @@ def _raw(env_id: str, num_envs: int, batch_size: int, threads: int, seconds: flo
         env.send(rng.integers(actions, size=len(ids), dtype=np.int32), ids)
         warm += 1
         if warm == 50:
-            start = time.perf_counter()
+            start, cpu_start = time.perf_counter(), _cpu_seconds()
         elif start is not None:
             steps += len(ids)
             if time.perf_counter() - start > seconds:
                 break
-    return {"sps": steps / (time.perf_counter() - start)}
+    cpu = _cpu_seconds() - cpu_start
+    return {"sps": steps / (time.perf_counter() - start), "cpu_us_per_step": cpu / steps * 1e6, "cores": os.cpu_count()}
 
 
 def _actors(
@@ -108,9 +118,10 @@ def _actors(
 
 def _inference_alone(agent, env_id: str, num_envs: int, env_config, calls: int = 300) -> dict:
     """Microseconds per actor inference call outside the actor loop (no envpool threads beside it):
-    ``inference_alone_us`` the actors' own jitted call (as the loop makes it, the action fetched to the host),
-    ``call_floor_us`` a jitted call that takes the same arguments and computes nothing (JAX's dispatch and
-    the fetch), the least any per-step call costs."""
+    ``inference_alone_us`` the actors' own jitted call (as the loop makes it, the action fetched to the host)
+    and ``inference_cpu_us`` the CPU time it takes over every thread, ``call_floor_us`` a jitted call that
+    takes the same arguments and computes nothing (JAX's dispatch and the fetch), the least any per-step call
+    costs."""
     import jax
     import numpy as np
 
@@ -131,10 +142,12 @@ def _inference_alone(agent, env_id: str, num_envs: int, env_config, calls: int =
     ):
         for _ in range(20):
             np.asarray(call())
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), _cpu_seconds()
         for _ in range(calls):
             np.asarray(call())
         results[name] = (time.perf_counter() - start) / calls * 1e6
+        if name == "inference_alone_us":
+            results["inference_cpu_us"] = (_cpu_seconds() - cpu_start) / calls * 1e6
     return results
 
 
@@ -375,6 +388,20 @@ def _learner_busy(row: dict) -> float:
     return row["timings"].get("learner_update", 0) / max(row["train_s"], 1e-9)
 
 
+def _raw_cpu(raw: dict) -> str:
+    if "cpu_us_per_step" not in raw:
+        return "-"
+    return f"{raw['cpu_us_per_step']:,.1f} ({raw['cpu_us_per_step'] * raw['sps'] / 1e6:.2f} of {raw['cores']})"
+
+
+def _cpu_bound(actors: dict, raw: dict | None) -> str:
+    """The share of raw envpool's rate the host's cores allow with each step's inference CPU time added."""
+    if not raw or "cpu_us_per_step" not in raw or "inference_cpu_us" not in actors:
+        return "-"
+    per_step_us = raw["cpu_us_per_step"] + actors["inference_cpu_us"] / actors["num_envs"]
+    return f"{min(1.0, raw['cores'] * 1e6 / (per_step_us * raw['sps'])):.0%}"
+
+
 def report_lines(
     accelerator: bool,
     raw_rows: list[dict],
@@ -383,7 +410,7 @@ def report_lines(
     peer_rows: list[tuple[dict, dict]],
 ) -> list[str]:
     """The markdown section from the measurements' BENCH dicts (``peer_rows``: podracer's and Cleanba's)."""
-    raw_sps = {(r["env_id"], r["num_envs"]): r["sps"] for r in raw_rows}
+    raw_by_size = {(r["env_id"], r["num_envs"]): r for r in raw_rows}
     threads = raw_rows[0]["threads"]
     lines = [
         bench_process.heading("Sebulba throughput", accelerator),
@@ -394,13 +421,14 @@ def report_lines(
         "",
         "## Raw envpool, random actions (the host limit)",
         "",
-        "| env | envs | batch (async if smaller) | agent steps/s | frames/s |",
-        "|---|---|---|---|---|",
+        "| env | envs | batch (async if smaller) | agent steps/s | frames/s | CPU us per agent step (cores busy) |",
+        "|---|---|---|---|---|---|",
     ]
     for r in raw_rows:
         skip = 4 if r["env_id"] in ATARI else 1
         lines.append(
-            f"| {r['env_id']} | {r['num_envs']} | {r['batch_size']} | {r['sps']:,.0f} | {r['sps'] * skip:,.0f} |"
+            f"| {r['env_id']} | {r['num_envs']} | {r['batch_size']} | {r['sps']:,.0f} | {r['sps'] * skip:,.0f} | "
+            f"{_raw_cpu(r)} |"
         )
     lines += [
         "",
@@ -411,13 +439,13 @@ def report_lines(
         "",
         "| env | envpool batches x envs | agent steps/s | of raw envpool (as many envs; aim 80%) | "
         "env step / inference / transfer, s | per batch step: wall / env step / inference, us | "
-        "inference alone / call floor, us |",
-        "|---|---|---|---|---|---|---|",
+        "inference alone / call floor, us | at most, with raw envpool's and inference's CPU on the same cores |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in actor_rows:
         batches = r.get("env_batches", 2)
-        raw = raw_sps.get((r["env_id"], r["num_envs"] * batches))
-        share = f"{r['sps'] / raw:.0%}" if raw else "-"
+        raw = raw_by_size.get((r["env_id"], r["num_envs"] * batches))
+        share = f"{r['sps'] / raw['sps']:.0%}" if raw else "-"
         t = r["timings"]
         calls = r["sps"] * r["seconds"] / r["num_envs"]  # inference calls (batch steps) in the timed window
         lines.append(
@@ -425,7 +453,7 @@ def report_lines(
             f"{t.get('env_step', 0):.1f} / {t.get('inference', 0):.1f} / {t.get('transfer', 0):.1f} | "
             f"{r['seconds'] / calls * 1e6:,.0f} / {t.get('env_step', 0) / calls * 1e6:,.0f} / "
             f"{t.get('inference', 0) / calls * 1e6:,.0f} | "
-            f"{r.get('inference_alone_us', 0):,.0f} / {r.get('call_floor_us', 0):,.0f} |"
+            f"{r.get('inference_alone_us', 0):,.0f} / {r.get('call_floor_us', 0):,.0f} | {_cpu_bound(r, raw)} |"
         )
     lines += [
         "",
@@ -436,6 +464,10 @@ def report_lines(
         "*Inference alone* is the same call timed outside the loop, with no envpool threads beside it (the gap to",
         "the loop's figure is contention for the cores); the *call floor* is a jitted call that takes the same",
         "arguments and computes nothing: JAX's dispatch and the action's fetch, the least a per-step call costs.",
+        "*At most*: the share of raw envpool's rate that the host's cores allow when every agent step also takes",
+        "its inference's CPU time (measured alone, every thread counted): cores / ((envpool's CPU per step +",
+        "inference's) x raw rate), before any of the thread's own Python work; where envpool alone keeps the",
+        "cores busy, the actors cannot reach the 80% aim on that host, however the loop is arranged.",
     ]
     lines += [
         "",

@@ -105,11 +105,18 @@ def test_the_actors_row_has_inference_alone_and_the_call_floor():
     row = {**spec, **benchmark_sebulba._actors(**spec)}  # as bench_process.measure reports it
     assert row["sps"] > 0 and row["timings"]["inference"] > 0
     assert row["call_floor_us"] > 0 and row["inference_alone_us"] > 0  # timings, so no order between them asserted
+    assert row["inference_cpu_us"] > 0
     raw = {"env_id": "CartPole-v1", "num_envs": 8, "batch_size": 8, "threads": 1, "sps": 2 * row["sps"]}
+    raw.update(cpu_us_per_step=3.0, cores=2)
     lines = benchmark_sebulba.report_lines(False, [raw], [row], [], [])
     actors_row = next(line for line in lines if line.startswith("| CartPole-v1 | 1 x 8 |"))
-    assert actors_row.endswith(f"| {row['inference_alone_us']:,.0f} / {row['call_floor_us']:,.0f} |")
+    assert f"| {row['inference_alone_us']:,.0f} / {row['call_floor_us']:,.0f} |" in actors_row
     assert "| 50% |" in actors_row
+    # 2 cores over (3 us of envpool's + the inference's CPU per step) x raw envpool's rate, at most 100%
+    bound = min(1.0, 2e6 / ((3.0 + row["inference_cpu_us"] / 8) * raw["sps"]))
+    assert actors_row.endswith(f"| {bound:.0%} |")
+    raw_row = next(line for line in lines if line.startswith("| CartPole-v1 | 8 | 8 |"))
+    assert raw_row.endswith(f"| 3.0 ({3.0 * raw['sps'] / 1e6:.2f} of 2) |")
 
 
 def test_the_anakin_parts_measurement_times_the_rollout_and_the_learner_apart():
