@@ -267,7 +267,7 @@ def _checkout_name(checkout: str) -> str:
     commit = git("rev-parse", "--short", "HEAD")
     if commit.returncode:
         return f"the copy at `{checkout}`"
-    changed = git("diff", "--name-only", "HEAD").stdout.split()
+    changed = [line[3:] for line in git("status", "--porcelain").stdout.splitlines()]  # untracked files too
     changes = f"with local changes to {', '.join(f'`{name}`' for name in changed)}" if changed else "unmodified"
     return f"luchris429/purejaxrl at {commit.stdout.strip()}, {changes}"
 

@@ -66,7 +66,11 @@ def _raw(env_id: str, num_envs: int, batch_size: int, threads: int, seconds: flo
             if time.perf_counter() - start > seconds:
                 break
     cpu = _cpu_seconds() - cpu_start
-    return {"sps": steps / (time.perf_counter() - start), "cpu_us_per_step": cpu / steps * 1e6, "cores": os.cpu_count()}
+    return {
+        "sps": steps / (time.perf_counter() - start),
+        "cpu_us_per_step": cpu / steps * 1e6,
+        "cores": len(os.sched_getaffinity(0)),
+    }
 
 
 def _actors(
@@ -119,9 +123,9 @@ def _actors(
 def _inference_alone(agent, env_id: str, num_envs: int, env_config, calls: int = 300) -> dict:
     """Microseconds per actor inference call outside the actor loop (no envpool threads beside it):
     ``inference_alone_us`` the actors' own jitted call (as the loop makes it, the action fetched to the host)
-    and ``inference_cpu_us`` the CPU time it takes over every thread, ``call_floor_us`` a jitted call that
-    takes the same arguments and computes nothing (JAX's dispatch and the fetch), the least any per-step call
-    costs."""
+    and (on the CPU backend) ``inference_cpu_us`` the CPU time it takes over every thread, ``call_floor_us`` a
+    jitted call that takes the same arguments and computes nothing (JAX's dispatch and the fetch), the least any
+    per-step call costs."""
     import jax
     import numpy as np
 
@@ -146,7 +150,7 @@ def _inference_alone(agent, env_id: str, num_envs: int, env_config, calls: int =
         for _ in range(calls):
             np.asarray(call())
         results[name] = (time.perf_counter() - start) / calls * 1e6
-        if name == "inference_alone_us":
+        if name == "inference_alone_us" and jax.default_backend() == "cpu":  # an accelerator's waits spin on the host
             results["inference_cpu_us"] = (_cpu_seconds() - cpu_start) / calls * 1e6
     return results
 
@@ -466,8 +470,8 @@ def report_lines(
         "arguments and computes nothing: JAX's dispatch and the action's fetch, the least a per-step call costs.",
         "*At most*: the share of raw envpool's rate that the host's cores allow when every agent step also takes",
         "its inference's CPU time (measured alone, every thread counted): cores / ((envpool's CPU per step +",
-        "inference's) x raw rate), before any of the thread's own Python work; where envpool alone keeps the",
-        "cores busy, the actors cannot reach the 80% aim on that host, however the loop is arranged.",
+        "inference's) x raw rate), with no more Python work per step than the raw loop's own; where envpool alone",
+        "keeps the cores busy, the actors cannot reach the 80% aim on that host, however the loop is arranged.",
     ]
     lines += [
         "",

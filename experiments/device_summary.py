@@ -14,6 +14,7 @@ import argparse
 import json
 
 ANAKIN_ENVS = 4096
+BREAKOUT = "Breakout-v5"
 CLEANBA_IMPALA_FPS_PER_GPU = 24_000  # Cleanba's IMPALA on one A100, as its README reports
 
 
@@ -25,7 +26,9 @@ def bench_lines(log_text: str) -> list[dict]:
 def summary(rows: list[dict]) -> list[str]:
     """The markdown table (lines) of the headline measurements among ``rows``."""
     anakin = {r["mode"]: r for r in rows if r.get("mode") in ("train", "env") and r.get("num_envs") == ANAKIN_ENVS}
-    impala = [r for r in rows if r.get("kind") == "train" and r.get("agent") == "impala"]
+    impala = [
+        r for r in rows if r.get("kind") == "train" and r.get("agent") == "impala" and r.get("env_id") == BREAKOUT
+    ]
     backend = next((r["backend"] for r in rows if "backend" in r), "-")
     lines = [
         f"| measurement (backend {backend}) | agent steps/s | frames/s | compile s | reference |",

@@ -219,3 +219,18 @@ def test_the_device_summary_is_one_table_of_the_headline_measurements():
     (impala,) = [row for row in table if "IMPALA" in row]
     assert "| 5,000 | 20,000 | 9.0 |" in impala and "24,000 frames/s on one A100" in impala
     assert len(table) == 5
+
+
+def test_the_cpu_bound_adds_the_inference_to_envpools_cpu_per_step():
+    from experiments import benchmark_sebulba
+
+    raw = {"env_id": "Breakout-v5", "num_envs": 32, "batch_size": 32, "threads": 2, "sps": 4000.0}
+    raw.update(cpu_us_per_step=500.0, cores=2)
+    actors = {"num_envs": 16, "inference_cpu_us": 3200.0}  # 2 batches x 16: 200 us of inference CPU per step
+    assert benchmark_sebulba._cpu_bound(actors, raw) == "71%"  # 2 cores / (700 us x 4,000 steps/s)
+    assert benchmark_sebulba._cpu_bound({"num_envs": 16}, raw) == "-"  # not measured (an accelerator's run)
+    assert benchmark_sebulba._cpu_bound({**actors, "inference_cpu_us": 0.0}, {**raw, "cpu_us_per_step": 1.0}) == "100%"
+    row = {**actors, "env_id": "Breakout-v5", "env_batches": 2, "sps": 2000.0, "seconds": 1.0, "timings": {}}
+    lines = benchmark_sebulba.report_lines(False, [raw], [row], [], [])
+    actors_row = next(line for line in lines if line.startswith("| Breakout-v5 | 2 x 16 |"))
+    assert "| 50% |" in actors_row and actors_row.endswith("| 71% |")  # beside the raw row of 2 x 16 = 32 envs

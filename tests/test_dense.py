@@ -28,10 +28,11 @@ def test_values_and_gradients_are_lax_products(rows, inputs, outputs):
 
 
 def test_other_products_are_left_to_lax():
-    cases = [  # a batch of sequences, a batched product, a product with another result type
+    cases = [  # a batch of sequences, a batched product, another result type, mixed dtypes
         (jnp.ones((2, 3, 4)), jnp.ones((4, 5)), (((2,), (0,)), ((), ())), None),
         (jnp.ones((2, 3, 4)), jnp.ones((2, 4, 5)), (((2,), (1,)), ((0,), (0,))), None),
         (jnp.ones((3, 4)), jnp.ones((4, 5)), PLAIN_MATMUL, jnp.float32),
+        (jnp.ones((3, 4), jnp.bfloat16), jnp.ones((4, 5)), PLAIN_MATMUL, None),  # mixed dtypes
     ]
     for x, w, numbers, result_type in cases:
         product = functools.partial(dot_general, dimension_numbers=numbers, preferred_element_type=result_type)

@@ -127,6 +127,8 @@ def test_shuffled_minibatches_visit_every_sample_once_per_epoch_in_a_new_order()
     for order in orders:
         assert sorted(order.tolist()) == list(range(n))
     assert len({tuple(order) for order in orders}) == epochs  # each epoch shuffles anew
+    epoch_keys = jax.random.split(jax.random.key(0), epochs)  # drawn at once, the orders of one draw per epoch
+    np.testing.assert_array_equal(orders, [random_permutation(key, n) for key in epoch_keys])
     with pytest.raises(ValueError, match="5 minibatches do not divide a batch of 12"):
         shuffled_minibatches(step, 0, batch, jax.random.key(0), 1, 5)
 

@@ -25,13 +25,16 @@ PLAIN_MATMUL = (((1,), (0,)), ((), ()))  # x [N, I] . w [I, O]: what flax's Dens
 def dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None):
     """``lax.dot_general`` (same signature, so flax's ``nn.Dense(dot_general=...)`` takes it).
 
-    On the CPU backend a plain 2-D product (``lhs [N, I]``, ``rhs [I, O]``) is differentiated by
-    :func:`_matmul`'s rule; anything else, and every other backend, goes to ``lax.dot_general``.
+    On the CPU backend a plain 2-D product (``lhs [N, I]``, ``rhs [I, O]``, one dtype) is differentiated by
+    :func:`_matmul`'s rule; anything else, and every other backend, goes to ``lax.dot_general``. That rule is
+    reverse-mode only: ``jax.jvp``, ``jacfwd`` and ``hessian`` of such a product refuse on CPU (nothing in
+    podracer takes them).
     """
     plain = (
         jax.default_backend() == "cpu"
         and lhs.ndim == 2
         and rhs.ndim == 2
+        and lhs.dtype == rhs.dtype
         and tuple(map(lambda pair: tuple(map(tuple, pair)), dimension_numbers)) == PLAIN_MATMUL
         and preferred_element_type is None
     )
