@@ -55,8 +55,12 @@ def main() -> None:
     parser.add_argument("log", help="device_check.sh's log")
     parser.add_argument("--out", help="also write the table to this markdown file")
     args = parser.parse_args()
-    with open(args.log) as f:
-        table = "\n".join(summary(bench_lines(f.read()))) + "\n"
+    try:
+        with open(args.log) as f:
+            log_text = f.read()
+    except OSError as error:
+        parser.error(f"cannot read the log {args.log}: {error.strerror}")
+    table = "\n".join(summary(bench_lines(log_text))) + "\n"
     print(table, end="")
     if args.out:
         with open(args.out, "w") as f:

@@ -35,7 +35,7 @@ def dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_element_t
         and lhs.ndim == 2
         and rhs.ndim == 2
         and lhs.dtype == rhs.dtype
-        and tuple(map(lambda pair: tuple(map(tuple, pair)), dimension_numbers)) == PLAIN_MATMUL
+        and tuple(tuple(tuple(dims) for dims in pair) for pair in dimension_numbers) == PLAIN_MATMUL
         and preferred_element_type is None
     )
     if not plain:
