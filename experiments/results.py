@@ -166,9 +166,7 @@ def summarise(entry: Entry, run_dirs: list[str]) -> dict:
         "seeds": entry.seeds,
         "steps": entry.steps,
         "frame_skip": entry.frame_skip,
-        "reference": None
-        if entry.reference is None
-        else {"value": entry.reference.value, "source": entry.reference.source},
+        "reference": _reference(entry),
         "train": _curves(run_dirs, "episode_return", "env_steps"),
         "eval": _curves(run_dirs, "eval_return", "eval_env_steps"),
         "wall_seconds": round(sum(s["wall_seconds"] for state in states for s in state["segments"]), 1),
@@ -296,15 +294,25 @@ def _eval_final(curve: dict | None) -> dict | None:
 
 
 def _verdict(entry: dict) -> str:
-    """The final score (the last evaluation where there is one) against the reference figure."""
-    reference, final = entry["reference"], _eval_final(entry["eval"]) or entry["train"]["final"]
+    """The final score against the reference figure: the last evaluation where there is one, or the training
+    return where the reference is a training curve (or the run does not evaluate)."""
+    reference = entry["reference"]
     if reference is None:
         return ""
+    evaluation = None if reference.get("of") == "training" else _eval_final(entry["eval"])
+    final = evaluation or entry["train"]["final"]
     if final["high"] < reference["value"]:
         return f"below the reference by {reference['value'] - final['point']:.3g}"
     if final["point"] >= reference["value"]:
         return "reaches the reference"
     return f"below by {reference['value'] - final['point']:.3g} in the mean; the interval reaches it"
+
+
+def _reference_cell(reference: dict | None) -> str:
+    if reference is None:
+        return "-"
+    against = "; against the training return" if reference.get("of") == "training" else ""
+    return f"{reference['value']:g} ({reference['source']}{against})"
 
 
 def suite_section(name: str, suite: Suite, data: dict, docs: str) -> list[str]:
@@ -326,7 +334,7 @@ def suite_section(name: str, suite: Suite, data: dict, docs: str) -> list[str]:
     ]
     for e in entries:
         frames = f" ({e['steps'] * e['frame_skip']:,})" if e["frame_skip"] > 1 else ""
-        reference = f"{e['reference']['value']:g} ({e['reference']['source']})" if e["reference"] else "-"
+        reference = _reference_cell(e["reference"])
         resumed = f" in {e['segments']} segments" if e["segments"] > e["runs"] else ""
         lines.append(
             f"| {e['agent']} | {e['architecture']} | `{e['env']}` | `{e['preset']}{_shown_flags(e, ' ')}` | {e['steps']:,}{frames} | "
@@ -433,6 +441,10 @@ def _defining(value):
     return value
 
 
+def _reference(entry: Entry) -> dict | None:
+    return None if entry.reference is None else dataclasses.asdict(entry.reference)
+
+
 def _recorded(entry: Entry, old: dict) -> dict | None:
     """``entry``'s summary from an earlier call (``old``: the suite's recorded numbers), if it was of the same
     runs: a machine without the run directories (a fresh checkout) keeps the page's finished results."""
@@ -445,7 +457,12 @@ def _recorded(entry: Entry, old: dict) -> dict | None:
                 "preset_settings": preset_settings(entry),
             }
             if all(_defining(summary.get(field)) == _defining(now[field]) for field in DEFINING_FIELDS):
-                return {**summary, "measured": summary.get("measured", old.get("measured"))}
+                # the reference is the suite's, not the run's: a corrected figure applies to recorded numbers too
+                return {
+                    **summary,
+                    "measured": summary.get("measured", old.get("measured")),
+                    "reference": _reference(entry),
+                }
     return None
 
 
@@ -498,6 +515,19 @@ def run_suite(
     return code
 
 
+def refresh_recorded(name: str, docs: str) -> None:
+    """Suite ``name``'s recorded numbers under its definitions of today: an entry the suite dropped leaves the
+    page, one whose preset or flags changed shows as not finished, a corrected reference applies."""
+    data_path = os.path.join(docs, "results", f"{name}.json")
+    if not os.path.exists(data_path):
+        return
+    old = json.load(open(data_path))
+    entries = SUITES[name].entries
+    data = {**old, "names": [e.name for e in entries], "entries": [_recorded(e, old) for e in entries]}
+    with open(data_path, "w") as f:
+        json.dump(data, f, indent=1)
+
+
 def _machine() -> str:
     import platform
 
@@ -548,6 +578,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     if args.page_only:
+        for name in SUITES:
+            refresh_recorded(name, args.docs)
         print(f"results: wrote {write_page(args.docs)}")
         return 0
     if args.suite is None:

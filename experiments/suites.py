@@ -12,10 +12,20 @@ import dataclasses
 
 @dataclasses.dataclass(frozen=True)
 class Reference:
-    """A published figure to put beside a result: ``value`` (a return) and where it comes from."""
+    """A published figure to put beside a result: ``value`` (a return) and where it comes from.
+
+    ``of``: which of our returns it is compared with: ``"evaluation"`` (the greedy evaluation where the run
+    evaluates, else the training return) or ``"training"``, for a published training curve (the sampling policy's
+    returns, as Cleanba's and CleanRL's figures plot them).
+    """
 
     value: float
     source: str
+    of: str = "evaluation"
+
+    def __post_init__(self):
+        if self.of not in ("evaluation", "training"):
+            raise ValueError(f"Reference.of is 'evaluation' or 'training', got {self.of!r}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,7 +94,12 @@ MINATAR_AC_LAMBDA = (
     "MinAtar paper's AC(lambda) at 5M frames, read off its curves; its MinAtar has sticky actions (p 0.1), "
     "6 actions and no 1000-step cut, unlike gymnax's"
 )
-CLEANBA_IMPALA_PONG = Reference(16, "Cleanba's IMPALA at 10M frames, read off its README's figure")
+CLEANBA_IMPALA_PONG = Reference(
+    8, "Cleanba's IMPALA training curve at 2.5M agent steps, 10M frames (see above)", of="training"
+)
+CLEANBA_PPO_PONG = Reference(
+    9.4, "Cleanba's PPO training curve at 2.5M agent steps, 10M frames (see above)", of="training"
+)
 SEBULBA_CPU = ("--cpu-devices", "2")  # on a CPU host: one actor device and one learner device (ignored on accelerators)
 
 SUITES: dict[str, Suite] = {
@@ -232,42 +247,30 @@ SUITES: dict[str, Suite] = {
     ),
     "atari": Suite(
         about="Pong-v5 on Sebulba, one seed each: IMPALA in the paper's setting (RMSProp, epsilon 0.01, on the loss "
-        "summed over the batch; 32 envs x 20 steps) with one gradient step per batch and with "
-        "`--num-minibatches 4` as Cleanba's IMPALA takes them, and PPO in Cleanba's setting. Until 2026-12-03 "
-        "the preset took Adam on the mean loss: with it IMPALA's policy stayed uniform (entropy 1.75-1.79 of "
-        "ln 6 = 1.79) for 10M frames with one minibatch (training return -20.0, greedy evaluation -21) and for "
-        "5M with four (-20.2), where Cleanba's IMPALA passes +15 by about 5M frames (the Pong panel of "
-        "static/cleanba/main_10CPU.png in its repository, 1 GPU). With RMSProp on the summed loss and four "
-        "minibatches it starts to learn at about 4M frames and is still climbing at 10M, about twice as slow "
-        "as Cleanba's curve (which has 4x the environments per batch and the IMPALA ResNet); with one "
-        "minibatch (4x fewer gradient steps) it leaves -20 only at about 8M frames (training -17.7 at 10M, "
-        "greedy evaluation still -20.25); that run shared the 2 cores with benchmark work for much of its hour, "
-        "so its steps/s (703) is below the ~1,000 of a quiet machine. PPO in Cleanba's setting (Nature CNN, "
-        "one torso, 16 envs x 32 steps) reaches a greedy evaluation of +20 at 10M frames (8 episodes, min "
-        "19; +9 at 8M); its training return (sampling policy, last 3 log windows) is +8.1 and still "
-        "climbing, where Cleanba's and CleanRL's PPO training curves pass +18 by about 10M frames, so on "
-        "the training curve it is slower than theirs (one seed; not investigated further). It ran in 3 "
-        "segments over 2.7 hours; the last, from 5.9M frames, on the conv gradients of `podracer/agents/conv.py` "
-        "(about 300 agent steps/s, where the earlier segments ran about 250); the one-episode dip to -19 at "
-        "5.9M frames in its training curve is the first log window after that resume. A run takes "
-        "hours on 2 CPU cores (`--max-minutes` stops a suite resumably and the next call continues it); the "
-        "4-minibatch run was started by hand with the suite's command and settings and then adopted. On a "
-        "GPU or TPU the learner's conv gradients, which dominate an update here, leave the CPU cores to "
-        "envpool and the actor threads (not measured here).",
+        "summed over the batch; 4 gradient steps per batch as Cleanba's IMPALA takes them) at this host's batch "
+        "(32 envs x 20 steps) and at Cleanba's (128 envs x 20, the preset's on a host of 8 or more cores), and PPO "
+        "in Cleanba's setting (Nature CNN, one torso, 16 envs x 32 steps). "
+        "**The references are Cleanba's training curves at equal frames**, read off the Pong panel of "
+        "static/cleanba/main_10CPU.png in its repository (1 A100, 3 seeds, smoothed), whose x axis is Cleanba's "
+        "`global_step`: agent steps, 4 frames each (its runs are 50M steps, 200M frames). At 2.5M steps (10M frames) "
+        "Cleanba's IMPALA is at about +8 (0 at 1.6M steps, +10.3 at 2.9M; between them it is hidden under the PPO "
+        "curve) and passes +15 at about 4.8M steps (19M frames); Cleanba's PPO is at +9.4 at 2.5M steps and passes "
+        "+15 at about 4.1M. Until 2026-12-06 this page read that axis as frames (IMPALA +15 by 5M frames, PPO +18 by "
+        "10M), 4x too early. Both references are with sticky actions (0.25) and the full action set of 18 "
+        "(harder than envpool's defaults, which these runs take) and with the IMPALA ResNet (on 2 CPU cores it "
+        "trains about 140 agent steps/s, docs/benchmarks.md: 5 hours for 10M frames). They are training curves, "
+        "so each is compared with the training return (the sampling policy's); the greedy evaluation is shown "
+        "beside it. Until 2026-12-03 the preset took Adam on the mean loss: with it IMPALA's policy stayed "
+        "uniform (entropy 1.75-1.79 of ln 6 = 1.79) for 10M frames. With one gradient step per batch (the "
+        "default until 2026-12-05) IMPALA left -20 only at about 8M frames (training -17.7 at 10M, greedy "
+        "evaluation -20.25). PPO's 10M-frame run (3 segments over 2.7 hours; the last, from 5.9M frames, on the "
+        "conv gradients of `podracer/agents/conv.py`; the one-episode dip to -19 at 5.9M frames is the first log "
+        "window after that resume) reaches a greedy evaluation of +20 (8 episodes, min 19; +9 at 8M). A run "
+        "takes about an hour or more on 2 CPU cores (`--max-minutes` stops a suite resumably and the next call "
+        "continues it). On a GPU or TPU the learner's conv gradients, which dominate an update here, leave the "
+        "CPU cores to envpool and the actor threads (not measured here).",
         entries=(
             # IMPALA first: its learner is the cheaper, so a suite cut short has whole runs
-            Entry(
-                "sebulba",
-                "atari_impala",
-                "impala",
-                "Pong-v5",
-                2_500_000,
-                seeds=1,
-                flags=SEBULBA_CPU,
-                frame_skip=4,
-                evaluations=5,
-                reference=CLEANBA_IMPALA_PONG,
-            ),
             Entry(
                 "sebulba",
                 "atari_impala",
@@ -281,6 +284,19 @@ SUITES: dict[str, Suite] = {
                 variant="4mb",
                 reference=CLEANBA_IMPALA_PONG,
             ),
+            Entry(  # Cleanba's batch (128 envs x 20, 4 minibatches): the preset's on a host of 8 or more cores
+                "sebulba",
+                "atari_impala",
+                "impala",
+                "Pong-v5",
+                2_500_000,
+                seeds=1,
+                flags=(*SEBULBA_CPU, "--envs-per-thread", "128", "--num-minibatches", "4"),
+                frame_skip=4,
+                evaluations=5,
+                variant="128envs",
+                reference=CLEANBA_IMPALA_PONG,
+            ),
             Entry(
                 "sebulba",
                 "breakout_ppo",
@@ -291,7 +307,7 @@ SUITES: dict[str, Suite] = {
                 flags=SEBULBA_CPU,
                 frame_skip=4,
                 evaluations=5,
-                reference=Reference(18, "Cleanba/CleanRL PPO pass +18 by about 10M frames"),
+                reference=CLEANBA_PPO_PONG,
             ),
         ),
     ),

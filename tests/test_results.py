@@ -56,6 +56,11 @@ def test_the_verdict_compares_the_interval_with_the_reference():
     assert results._verdict(entry) == "reaches the reference"
     entry["eval"] = {"point": [5.0], "low": [4.0], "high": [6.0]}  # an evaluation, where there is one, decides
     assert results._verdict(entry).startswith("below the reference by 5")
+    entry["reference"]["of"] = "training"  # unless the reference is a training curve
+    assert results._verdict(entry) == "reaches the reference"
+    assert results._reference_cell(entry["reference"]) == "10 (x; against the training return)"
+    with pytest.raises(ValueError, match="evaluation' or 'training"):
+        Reference(1.0, "x", of="greedy")
 
 
 def test_bad_flags_are_refused_and_the_page_lists_suites_not_run(tmp_path, capsys):
@@ -239,7 +244,7 @@ def _fake_summary(entry: Entry, final: float) -> dict:
 
 def test_only_trains_the_named_entry_and_recorded_numbers_outlive_missing_runs(tmp_path, monkeypatch):
     """A fresh checkout has no run directories: the page must keep what was measured, unless its definition changed."""
-    kept = Entry("anakin", "catch_ppo", "ppo", "catch", 1000, seeds=1)
+    kept = Entry("anakin", "catch_ppo", "ppo", "catch", 1000, seeds=1, reference=Reference(1.0, "corrected"))
     trained = Entry("anakin", "catch_impala", "impala", "catch", 1000, seeds=1)
     changed = Entry("anakin", "cartpole_ppo", "ppo", "cartpole", 1000, seeds=1)
     monkeypatch.setattr(results, "SUITES", {"tiny": Suite(about="a tiny suite", entries=(kept, trained, changed))})
@@ -250,6 +255,7 @@ def test_only_trains_the_named_entry_and_recorded_numbers_outlive_missing_runs(t
         summary["measured"] = "long ago"
     recorded[2]["preset_settings"]["agent_config"]["learning_rate"] = 1.0  # its preset has changed since
     recorded[0]["preset_settings"]["host_env"] = {}  # a part that sets nothing: the same preset
+    recorded[0]["reference"] = {"value": 4.0, "source": "misread"}  # a reference corrected since
     (docs / "results" / "tiny.json").write_text(
         json.dumps(
             {"measured": "long ago", "names": [kept.name, trained.name, changed.name], "entries": recorded, "peers": {}}
@@ -276,6 +282,7 @@ def test_only_trains_the_named_entry_and_recorded_numbers_outlive_missing_runs(t
     assert trained_runs == [trained.name]
     entries = json.loads((docs / "results" / "tiny.json").read_text())["entries"]
     assert entries[0]["train"]["final"]["point"] == 0.5 and entries[0]["measured"] == "long ago"
+    assert entries[0]["reference"] == {"value": 1.0, "source": "corrected", "of": "evaluation"}
     assert entries[1]["train"]["final"]["point"] == 0.9
     assert entries[2] is None
     page = (docs / "results.md").read_text()
@@ -291,3 +298,20 @@ def test_rewriting_the_page_keeps_the_sections_other_scripts_wrote(tmp_path):
     text = open(page).read()
     assert text.endswith(extra) and "old suites" not in text
     assert text.count("# Population-based training on cartpole") == 1
+
+
+def test_page_only_applies_the_suites_definitions_of_today_to_recorded_numbers(tmp_path, monkeypatch):
+    kept = Entry("anakin", "catch_ppo", "ppo", "catch", 1000, seeds=1, reference=Reference(2.0, "now", of="training"))
+    dropped = Entry("anakin", "catch_impala", "impala", "catch", 1000, seeds=1)
+    (tmp_path / "results").mkdir()
+    old = {"measured": "then", "names": [dropped.name, kept.name], "peers": {}}
+    old["entries"] = [_fake_summary(dropped, 0.1), _fake_summary(kept, 0.5)]
+    (tmp_path / "results" / "tiny.json").write_text(json.dumps(old))
+    monkeypatch.setattr(results, "SUITES", {"tiny": Suite(about="a tiny suite", entries=(kept,))})
+    assert results.main(["--page-only", "--docs", str(tmp_path)]) == 0
+    data = json.loads((tmp_path / "results" / "tiny.json").read_text())
+    assert data["names"] == [kept.name] and data["measured"] == "then"
+    assert data["entries"][0]["reference"] == {"value": 2.0, "source": "now", "of": "training"}
+    assert data["entries"][0]["train"]["final"]["point"] == 0.5
+    page = (tmp_path / "results.md").read_text()
+    assert "catch_impala" not in page and "below the reference by 1.5" in page
