@@ -125,7 +125,8 @@ ANAKIN_PRESETS: dict[str, dict] = {
     },
     "minatar_muzero": {
         "about": "MuZero (Gumbel search, 16 simulations) on gymnax's MinAtar games (default Breakout), an MLP model "
-        "of 128 units, 4 sampled windows per new step; 1M steps, beside PPO at equal env steps (docs/results.md)",
+        "of 128 units, 4 sampled windows per new step; 1M steps, beside PPO at equal env steps (docs/results.md; "
+        "--replay-ratio 16 learns faster per env step for 4x the learner's work)",
         "agent": "muzero",
         "env": "gymnax:Breakout-MinAtar",
         "anakin": {"num_envs": 16, "rollout_len": 16, "total_env_steps": 1_000_000},
