@@ -102,6 +102,24 @@ CLEANBA_PPO_PONG = Reference(
 )
 SEBULBA_CPU = ("--cpu-devices", "2")  # on a CPU host: one actor device and one learner device (ignored on accelerators)
 
+
+def _pong_impala(variant: str, *flags: str) -> Entry:
+    """IMPALA on Pong-v5 as the atari suite runs it (one seed, 10M frames), with ``flags`` after the CPU split."""
+    return Entry(
+        "sebulba",
+        "atari_impala",
+        "impala",
+        "Pong-v5",
+        2_500_000,
+        seeds=1,
+        flags=(*SEBULBA_CPU, *flags),
+        frame_skip=4,
+        evaluations=5,
+        variant=variant,
+        reference=CLEANBA_IMPALA_PONG,
+    )
+
+
 SUITES: dict[str, Suite] = {
     "classic": Suite(
         about="Every agent on every architecture on the quick tasks, 3 seeds each, at the presets' budgets "
@@ -301,45 +319,11 @@ SUITES: dict[str, Suite] = {
         "CPU cores to envpool and the actor threads (not measured here).",
         entries=(
             # IMPALA first: its learner is the cheaper, so a suite cut short has whole runs
-            Entry(
-                "sebulba",
-                "atari_impala",
-                "impala",
-                "Pong-v5",
-                2_500_000,
-                seeds=1,
-                flags=(*SEBULBA_CPU, "--num-minibatches", "4"),
-                frame_skip=4,
-                evaluations=5,
-                variant="4mb",
-                reference=CLEANBA_IMPALA_PONG,
-            ),
-            Entry(  # V-trace lambda 1, as Cleanba's IMPALA (rlax's default) takes it
-                "sebulba",
-                "atari_impala",
-                "impala",
-                "Pong-v5",
-                2_500_000,
-                seeds=1,
-                flags=(*SEBULBA_CPU, "--num-minibatches", "4", "--vtrace-lambda", "1"),
-                frame_skip=4,
-                evaluations=5,
-                variant="lambda1",
-                reference=CLEANBA_IMPALA_PONG,
-            ),
-            Entry(  # Cleanba's batch (128 envs x 20, 4 minibatches): the preset's on a host of 8 or more cores
-                "sebulba",
-                "atari_impala",
-                "impala",
-                "Pong-v5",
-                2_500_000,
-                seeds=1,
-                flags=(*SEBULBA_CPU, "--envs-per-thread", "128", "--num-minibatches", "4"),
-                frame_skip=4,
-                evaluations=5,
-                variant="128envs",
-                reference=CLEANBA_IMPALA_PONG,
-            ),
+            _pong_impala("4mb", "--num-minibatches", "4"),
+            # V-trace lambda 1, as Cleanba's IMPALA (rlax's default) takes it
+            _pong_impala("lambda1", "--num-minibatches", "4", "--vtrace-lambda", "1"),
+            # Cleanba's batch (128 envs x 20, 4 minibatches): the preset's on a host of 8 or more cores
+            _pong_impala("128envs", "--envs-per-thread", "128", "--num-minibatches", "4"),
             Entry(
                 "sebulba",
                 "breakout_ppo",
