@@ -18,7 +18,7 @@ interval, training and evaluation returns, against env steps or frames and
 against training seconds) to ``docs/results/<suite>-<env>.png``; the page is
 rewritten from every suite's numbers. An entry whose runs are not here (a fresh
 checkout) or not finished keeps the numbers recorded for it, as long as its
-definition (preset and what it sets, flags, steps, seeds) is unchanged; the page says which
+definition is unchanged (steps, seeds, and the settings its preset and flags give); the page says which
 numbers are from an earlier call. ``--purejaxrl DIR`` trains PureJaxRL's PPO
 beside the entries that name it; without it, the PureJaxRL figures recorded
 last are kept.
@@ -418,8 +418,8 @@ def _interrupted(interrupt: KeyboardInterrupt) -> int:
     return 128 + getattr(signal, name)
 
 
-DEFINING_FIELDS = ("architecture", "agent", "env", "preset", "preset_settings", "flags", "seeds", "steps")  # an
-# entry's recorded numbers stand for it while these are unchanged
+DEFINING_FIELDS = ("architecture", "agent", "env", "preset", "seeds", "steps")  # with the settings of
+# :func:`run_settings`: an entry's recorded numbers stand for it while these are unchanged
 FINGERPRINT_HOST = (2, 2)  # (devices, cores): a host-dependent preset's settings are compared as fitted to this host
 
 
@@ -433,12 +433,26 @@ def preset_settings(entry: Entry) -> dict:
     return json.loads(json.dumps({key: settings[key] for key in settings if key not in ("about", "fit")}))
 
 
-def _defining(value):
-    """``value`` as :func:`_recorded` compares it: a preset part that sets nothing (``"host_env": {}``, which
-    presets gained on 2026-12-06) is the same as none."""
-    if isinstance(value, dict):
-        return {key: part for key, part in value.items() if part != {}}
-    return value
+def run_settings(architecture: str, agent: str, preset: dict, flags) -> dict:
+    """Every setting a run trains with, JSON-shaped: each field of the architecture's flag groups and of
+    ``agent``'s config, ``flags`` over ``preset`` (what the preset sets, as :func:`preset_settings` gives it)
+    over the fields' defaults. A setting that moved between a preset and an entry's flags leaves them equal."""
+    from podracer.agents import AGENTS
+    from podracer.cli.main import ANAKIN, SAVED_GROUPS, SEBULBA
+    from podracer.config import add_flags
+
+    arch = {"anakin": ANAKIN, "sebulba": SEBULBA}[architecture]
+    groups = [(SAVED_GROUPS[title], cls) for title, cls in arch.config_groups] + [("agent_config", AGENTS[agent][0])]
+    settings = {}
+    for key, cls in groups:
+        parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+        add_flags(parser, cls, preset.get(key, {}))
+        settings[key] = vars(parser.parse_known_args(list(flags))[0])
+    return json.loads(json.dumps(settings))
+
+
+def _settings(summary: dict) -> dict:
+    return run_settings(summary["architecture"], summary["agent"], summary.get("preset_settings", {}), summary["flags"])
 
 
 def _reference(entry: Entry) -> dict | None:
@@ -450,13 +464,9 @@ def _recorded(entry: Entry, old: dict) -> dict | None:
     runs: a machine without the run directories (a fresh checkout) keeps the page's finished results."""
     for name, summary in zip(old.get("names", []), old.get("entries", [])):
         if name == entry.name and summary is not None:
-            now = {
-                **dataclasses.asdict(entry),
-                "name": entry.name,
-                "flags": list(entry.flags),
-                "preset_settings": preset_settings(entry),
-            }
-            if all(_defining(summary.get(field)) == _defining(now[field]) for field in DEFINING_FIELDS):
+            now = {**dataclasses.asdict(entry), "flags": list(entry.flags), "preset_settings": preset_settings(entry)}
+            same_runs = all(summary.get(field) == now[field] for field in DEFINING_FIELDS)
+            if same_runs and _settings(summary) == _settings(now):
                 # the reference is the suite's, not the run's: a corrected figure applies to recorded numbers too
                 return {
                     **summary,
@@ -517,7 +527,8 @@ def run_suite(
 
 def refresh_recorded(name: str, docs: str) -> None:
     """Suite ``name``'s recorded numbers under its definitions of today: an entry the suite dropped leaves the
-    page, one whose preset or flags changed shows as not finished, a corrected reference applies."""
+    page, one whose runs would differ (steps, seeds, the settings its preset and flags give) shows as not finished,
+    a corrected reference applies."""
     data_path = os.path.join(docs, "results", f"{name}.json")
     if not os.path.exists(data_path):
         return

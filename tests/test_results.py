@@ -1,5 +1,6 @@
 """The results suites: run by run, resumable, reused when finished, and the page written from their numbers."""
 
+import dataclasses
 import json
 import os
 
@@ -288,6 +289,20 @@ def test_only_trains_the_named_entry_and_recorded_numbers_outlive_missing_runs(t
     page = (docs / "results.md").read_text()
     assert "Recorded by an earlier call and kept" in page and f"{kept.name} (measured long ago)" in page
     assert f"Not finished yet (run the command again to continue): {changed.name}" in page
+
+
+def test_a_setting_that_moved_between_the_preset_and_the_flags_keeps_the_recorded_numbers():
+    """A preset that takes a new value while the entry's flag keeps the old one defines the same runs."""
+    entry = Entry("sebulba", "atari_impala", "impala", "Pong-v5", 1000, seeds=1, flags=("--vtrace-lambda", "0.5"))
+    summary = _fake_summary(dataclasses.replace(entry, flags=("--cpu-devices", "2")), 0.7)
+    summary["preset_settings"]["agent_config"]["vtrace_lambda"] = 0.5  # the preset set it when it ran
+    old = {"names": [entry.name], "entries": [summary]}
+    assert results._recorded(entry, old)["train"]["final"]["point"] == 0.7
+    summary["preset_settings"]["agent_config"]["vtrace_lambda"] = 0.25  # it ran with another value
+    assert results._recorded(entry, old) is None
+    summary["preset_settings"]["agent_config"]["vtrace_lambda"] = 0.5
+    summary["flags"] = ["--envs-per-thread", "64"]  # a setting of the Sebulba group that the preset leaves as 32
+    assert results._recorded(entry, old) is None
 
 
 def test_rewriting_the_page_keeps_the_sections_other_scripts_wrote(tmp_path):
