@@ -18,7 +18,8 @@ interval, training and evaluation returns, against env steps or frames and
 against training seconds) to ``docs/results/<suite>-<env>.png``; the page is
 rewritten from every suite's numbers. An entry whose runs are not here (a fresh
 checkout) or not finished keeps the numbers recorded for it, as long as its
-definition is unchanged (steps, seeds, and the settings its preset and flags give); the page says which
+definition is unchanged (steps, seeds, and the settings its preset and flags give, recorded with the
+numbers); the page says which
 numbers are from an earlier call. ``--purejaxrl DIR`` trains PureJaxRL's PPO
 beside the entries that name it; without it, the PureJaxRL figures recorded
 last are kept.
@@ -163,6 +164,7 @@ def summarise(entry: Entry, run_dirs: list[str]) -> dict:
         "preset": entry.preset,
         "preset_settings": preset_settings(entry),
         "flags": list(entry.flags),
+        "settings": run_settings(entry.architecture, entry.agent, preset_settings(entry), entry.flags),
         "seeds": entry.seeds,
         "steps": entry.steps,
         "frame_skip": entry.frame_skip,
@@ -452,6 +454,10 @@ def run_settings(architecture: str, agent: str, preset: dict, flags) -> dict:
 
 
 def _settings(summary: dict) -> dict:
+    """The settings ``summary``'s runs trained with: as recorded, or for a summary recorded before they were
+    (2026-12-06), as its preset and flags give them with today's defaults."""
+    if "settings" in summary:
+        return summary["settings"]
     return run_settings(summary["architecture"], summary["agent"], summary.get("preset_settings", {}), summary["flags"])
 
 
@@ -466,10 +472,12 @@ def _recorded(entry: Entry, old: dict) -> dict | None:
         if name == entry.name and summary is not None:
             now = {**dataclasses.asdict(entry), "flags": list(entry.flags), "preset_settings": preset_settings(entry)}
             same_runs = all(summary.get(field) == now[field] for field in DEFINING_FIELDS)
-            if same_runs and _settings(summary) == _settings(now):
+            settings = _settings(summary)
+            if same_runs and settings == _settings(now):
                 # the reference is the suite's, not the run's: a corrected figure applies to recorded numbers too
                 return {
                     **summary,
+                    "settings": settings,
                     "measured": summary.get("measured", old.get("measured")),
                     "reference": _reference(entry),
                 }
