@@ -1,6 +1,7 @@
 """Anakin: batch checks before compiling, determinism, layouts over devices and lanes, seeds, NaN stops."""
 
 import dataclasses
+import re
 
 import jax
 import jax.extend
@@ -11,6 +12,7 @@ import pytest
 from podracer import envs
 from podracer.agents import PPOConfig, make_agent
 from podracer.anakin import AnakinConfig, NonFiniteLossError, anakin_mesh, geometry, make_anakin, train, train_agent
+from podracer.anakin.sweep import Sweep
 from podracer.evaluation import OFF as NO_EVALUATION  # training is what these tests look at
 from podracer.types import Agent, BatchShape
 
@@ -135,6 +137,29 @@ def test_a_non_finite_loss_stops_the_run_naming_the_update(update_loop):
     )
     with pytest.raises(NonFiniteLossError, match=r"non-finite at update 7 \(seed 0\)"):
         train_agent(_nan_agent(bad_update=7), envs.make("catch"), config, quiet=True, evaluation=NO_EVALUATION)
+
+
+def test_a_non_finite_loss_after_pbt_names_the_settings_pbt_gave_the_agent():
+    members = ({"learning_rate": 1e-3}, {"learning_rate": 3e-3})
+    sweep = Sweep(("learning_rate",), members, agent_with=lambda values: _nan_agent(bad_update=10), bounds={})
+    config = AnakinConfig(
+        num_envs=8,
+        rollout_len=4,
+        total_env_steps=8 * 4 * 20,
+        log_interval=8 * 4 * 4,
+        num_seeds=2,
+        sweep=("learning_rate=1e-3,3e-3",),
+        pbt_interval=8 * 4 * 4,
+        pbt_quantile=0.5,
+        pbt_factor=2.0,
+    )
+    with pytest.raises(NonFiniteLossError) as stopped:
+        train_agent(sweep.agent_with({}), envs.make("catch"), config, quiet=True, evaluation=NO_EVALUATION, sweep=sweep)
+    named = re.search(
+        r"non-finite at update 10 \((learning_rate=\S+) seed \d, after PBT (learning_rate=\S+)\)", str(stopped.value)
+    )
+    assert named, str(stopped.value)
+    assert named[1] != named[2]  # the message names the setting the agent trained with last, not its starting one
 
 
 def test_a_run_that_failed_at_its_first_update_leaves_its_directory_reusable(tmp_path):

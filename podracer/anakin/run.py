@@ -127,6 +127,17 @@ def population_record(latest: dict) -> dict:
     return record
 
 
+def name_agent(sweep: Sweep, latest: dict, agent: int, seeds: int, first_seed: int) -> str:
+    """Agent ``agent`` as messages name it: its member's settings and its seed and, where PBT has changed its
+    settings since, the settings the last step left it (``latest``: :func:`agent_settings`)."""
+    name = sweep.describe(agent, seeds, first_seed)
+    start = sweep.members[agent // seeds]
+    now = {n: np.float32(values[agent]) for n, values in latest.get("hparams", {}).items()}
+    if any(value != np.float32(start[n]) for n, value in now.items()):
+        name += ", after PBT " + " ".join(f"{n}={float(value):g}" for n, value in now.items())
+    return name
+
+
 def anakin_program(agent: Agent, env, config: AnakinConfig, about: dict, sweep: Sweep | None = None) -> Program:
     """The Anakin program for ``agent`` on ``env`` (each member of ``sweep`` beside the others), as
     :func:`podracer.driver.drive` runs it."""
@@ -184,7 +195,7 @@ def anakin_program(agent: Agent, env, config: AnakinConfig, about: dict, sweep: 
         describe=lambda window, record: population_record(latest),
         report=no_report,
         interrupt=threading.Event(),
-        name_agent=(lambda i: sweep.describe(i, geo.num_seeds, config.seed)) if sweep else None,
+        name_agent=(lambda i: name_agent(sweep, latest, i, geo.num_seeds, config.seed)) if sweep else None,
         make_evaluator=lambda eval_config: (  # only process 0 logs, so only it evaluates
             AnakinEvaluator(agent, env, eval_config, config.seed, geo.steps_per_update)
             if jax.process_index() == 0
