@@ -5,17 +5,20 @@ import json
 import os
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from podracer import envs
 from podracer.agents import AGENTS, ImpalaConfig, MuZeroConfig, PPOConfig, make_agent
 from podracer.anakin import AnakinConfig, anakin_mesh, geometry, make_anakin, train
-from podracer.anakin.sweep import make_sweep, sweepable
+from podracer.anakin.evaluate import episode_returns
+from podracer.anakin.sweep import Sweep, make_sweep, sweepable
 from podracer.cli.main import main
 from podracer.evaluation import OFF as NO_EVALUATION
+from podracer.evaluation import EvalConfig
 from podracer.plot import aggregate_runs
-from podracer.types import BatchShape
+from podracer.types import Agent, BatchShape
 
 SMALL_PPO = dataclasses.replace(PPOConfig(), num_epochs=2, num_minibatches=2, learning_rate=1e-3)
 
@@ -117,3 +120,21 @@ def test_a_sweep_from_the_command_line_resumes_with_it_and_plots_per_member(tmp_
     assert all(len(g["runs"]) == 2 for g in groups.values())
     assert main(["anakin", *flags, "--sweep", "num_epochs=1,2", "--logdir", str(tmp_path / "bad")]) == 2
     assert "--num-epochs decides the program's shapes" in capsys.readouterr().err
+
+
+def test_each_agent_of_a_sweep_is_evaluated_with_its_own_settings():
+    """A member's settings (or those PBT gave it) can change how it acts: its evaluation must act with them."""
+
+    def agent_with(hparams):  # skill 1 moves the paddle under the ball, skill 0 holds it left
+        def act_greedy(params, obs, key, core):  # obs [B, rows, columns]: the ball above, the paddle in the last row
+            ball, paddle = jnp.argmax(obs[:, :-1].sum(1), -1), jnp.argmax(obs[:, -1], -1)
+            return jnp.where(hparams["skill"] > 0.5, jnp.sign(ball - paddle) + 1, 0).astype(jnp.int32), core
+
+        return Agent(init=None, actor_params=lambda state: state, act=None, learn=None, act_greedy=act_greedy)
+
+    sweep = Sweep(("skill",), ({"skill": 0.0}, {"skill": 1.0}), agent_with, {"skill": (None, None)})
+    config = EvalConfig(eval_episodes=16)
+    run = episode_returns(agent_with({"skill": 0.0}), envs.make("catch"), config, sweep)
+    returns, finished = run(jnp.zeros(2), {"skill": jnp.array([1.0, 0.0])}, jax.random.key(0))
+    assert finished.all()
+    assert (returns[0] == 1).all() and returns[1].mean() < 0  # each seed acted as its own member

@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 
 from podracer import evaluation
+from podracer.anakin.sweep import Sweep
 from podracer.evaluation import EvalConfig, summary
 from podracer.types import Agent
 
@@ -20,13 +21,15 @@ MAX_EVAL_STEPS = 100_000  # per episode, for environments without a time limit
 EVAL_STREAM = 0x65766C  # folded into the run's seed: the evaluation's keys never meet training's
 
 
-def episode_returns(agent: Agent, env, config: EvalConfig):
-    """A jitted ``(params [seeds, ...], key) -> (returns [seeds, M], finished [seeds, M])`` for ``M`` episodes."""
+def episode_returns(agent: Agent, env, config: EvalConfig, sweep: Sweep | None = None):
+    """A jitted ``(params [seeds, ...], hparams {name: [seeds]}, key) -> (returns [seeds, M], finished [seeds, M])``
+    for ``M`` episodes; with a ``sweep``, each seed acts as the agent of its own ``hparams`` (its member's settings,
+    or PBT's), without one ``hparams`` is ``{}``."""
     episodes = config.eval_episodes
-    act = evaluation.policy(agent, config)
     limit = min(int(env.max_episode_steps), MAX_EVAL_STEPS) + 1  # + 1: the step that reports a truncation
 
-    def one_seed(params, key):
+    def one_seed(params, hparams, key):
+        act = evaluation.policy(sweep.agent_with(hparams) if sweep else agent, config)
         reset_key, act_key = jax.random.split(key)
         state, obs = jax.vmap(env.reset)(jax.random.split(reset_key, episodes))
         none = jnp.zeros(episodes, bool)
@@ -50,9 +53,9 @@ def episode_returns(agent: Agent, env, config: EvalConfig):
         return returns, finished
 
     @jax.jit
-    def run(params, key):
+    def run(params, hparams, key):
         seeds = jax.tree.leaves(params)[0].shape[0]
-        return jax.vmap(one_seed)(params, jax.random.split(key, seeds))
+        return jax.vmap(one_seed)(params, hparams, jax.random.split(key, seeds))
 
     return run
 
@@ -62,23 +65,28 @@ def seed_learners(state):
 
     The runner state's leaves are ``[devices, seeds, lanes, ...]``; every lane and device holds the same learner.
     """
-    return jax.tree.map(lambda x: x.addressable_shards[0].data[0, :, 0], state.learner)
+    return _first_lane(state.learner)
+
+
+def _first_lane(tree):
+    return jax.tree.map(lambda x: x.addressable_shards[0].data[0, :, 0], tree)
 
 
 class AnakinEvaluator:
     """:class:`podracer.evaluation.Evaluator` for Anakin's runner state (evaluates at once, on request)."""
 
-    def __init__(self, agent: Agent, env, config: EvalConfig, seed: int, steps_per_update: int):
+    def __init__(
+        self, agent: Agent, env, config: EvalConfig, seed: int, steps_per_update: int, sweep: Sweep | None = None
+    ):
         self.agent, self.steps_per_update = agent, steps_per_update
-        self.run = episode_returns(agent, env, config)
+        self.run = episode_returns(agent, env, config, sweep)
         self.key = jax.random.fold_in(jax.random.key(seed), EVAL_STREAM)
         self.finished: dict = {}
 
     def request(self, state, update: int) -> None:
         local = seed_learners(state)
-        returns, finished = jax.device_get(
-            self.run(self.agent.actor_params(local), jax.random.fold_in(self.key, update))
-        )
+        key = jax.random.fold_in(self.key, update)
+        returns, finished = jax.device_get(self.run(self.agent.actor_params(local), _first_lane(state.hparams), key))
         env_steps = update * self.steps_per_update
         if finished.all():
             self.finished = summary(returns, env_steps)

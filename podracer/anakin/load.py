@@ -12,6 +12,7 @@ from podracer.agents import saved_agent_config
 from podracer.anakin.config import AnakinConfig
 from podracer.anakin.program import RunnerState
 from podracer.anakin.run import anakin_program, build_agent
+from podracer.anakin.sweep import Sweep
 from podracer.checkpoint import restore_for_reading
 from podracer.driver import Program
 from podracer.runlog import read_saved_run
@@ -24,6 +25,7 @@ class AnakinRun(NamedTuple):
     agent_name: str
     agent_config: object
     agent: Agent
+    sweep: Sweep | None  # the run's --sweep (each agent's settings are in ``state.hparams``), None without
     env_name: str
     env: envs.AutoReset
     config: AnakinConfig
@@ -48,7 +50,7 @@ def load_run(run_dir: str, update: int | None = None) -> AnakinRun:
     program = anakin_program(agent, env, config, about, sweep)
     state, counters = restore_for_reading(run_dir, program.init(), program.fingerprint, update)
     return AnakinRun(
-        saved["agent"], agent_config, agent, saved["env"], env, config, program, state, int(counters["update"])
+        saved["agent"], agent_config, agent, sweep, saved["env"], env, config, program, state, int(counters["update"])
     )
 
 

@@ -197,7 +197,7 @@ def anakin_program(agent: Agent, env, config: AnakinConfig, about: dict, sweep: 
         interrupt=threading.Event(),
         name_agent=(lambda i: name_agent(sweep, latest, i, geo.num_seeds, config.seed)) if sweep else None,
         make_evaluator=lambda eval_config: (  # only process 0 logs, so only it evaluates
-            AnakinEvaluator(agent, env, eval_config, config.seed, geo.steps_per_update)
+            AnakinEvaluator(agent, env, eval_config, config.seed, geo.steps_per_update, sweep)
             if jax.process_index() == 0
             else None
         ),

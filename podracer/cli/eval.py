@@ -66,7 +66,8 @@ def _anakin(run_dir: str, update: int | None, eval_config: EvalConfig, video: st
     from podracer.anakin.load import first_seed_params, load_run
 
     run = load_run(run_dir, update)
-    evaluator = AnakinEvaluator(run.agent, run.env, eval_config, run.config.seed, run.program.steps_per_update)
+    steps_per_update = run.program.steps_per_update
+    evaluator = AnakinEvaluator(run.agent, run.env, eval_config, run.config.seed, steps_per_update, run.sweep)
     evaluator.request(run.state, run.update)
     frames = _anakin_frames(run.agent, run.env, first_seed_params(run), eval_config, run.config.seed) if video else None
     return evaluator.collect(wait=True), run.update, frames
