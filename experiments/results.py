@@ -57,6 +57,8 @@ environments seeded apart) where the run evaluates. A **final** score is the mea
 windows (training) or its last evaluation, then the mean over seeds with its interval. Wall time is the
 whole command (start, compilation, evaluation and training); steps/s is training throughput (agent steps
 of every seed per training second, compilation excluded). Frames = agent steps x frame skip (4 on Atari).
+Where an entry trained for a third of the longest entry's steps or less, a third panel shows the curves over
+its budget alone, so that short runs can be compared with the others at equal steps.
 """
 
 
@@ -224,15 +226,44 @@ def _slug(env: str) -> str:
     return env.split(":")[-1].lower()
 
 
+def _zoom_limit(entries: list[dict]) -> float | None:
+    """The x limit (agent steps) of a panel for the short runs, where some entry trained at most a third of the
+    longest's steps (their curves would sit in the first third of the axis); None where none did."""
+    longest = max(entry["steps"] for entry in entries)
+    short = [entry["steps"] for entry in entries if entry["steps"] * 3 <= longest]
+    return max(short) * 1.05 if short else None
+
+
 def plot_env(suite_name: str, env: str, entries: list[dict], peers: dict, out: str) -> None:
-    """One figure per environment: every entry's (and peer's) mean return against steps (or frames) and seconds."""
+    """One figure per environment: every entry's (and peer's) mean return against steps (or frames) and seconds,
+    and against the first steps where some entry's budget is a third of the longest's or less."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (by_steps, by_time) = plt.subplots(1, 2, figsize=(11, 4), constrained_layout=True)
     skip = entries[0]["frame_skip"]
+    zoom = _zoom_limit(entries)
+    fig, axes = plt.subplots(1, 3 if zoom else 2, figsize=(16.5 if zoom else 11, 4), constrained_layout=True)
+    by_steps, by_time = axes[:2]
+    panels = [(by_steps, "steps", None), (by_time, "seconds", None)] + (
+        [(axes[2], "steps", zoom * skip)] if zoom else []
+    )
+
+    def draw(xs: dict, y, low=None, high=None, **style) -> None:  # xs: {"steps": [N], "seconds": [N]}
+        for axis, x_name, limit in panels:
+            x = np.asarray(xs[x_name], float)
+            shown = x <= limit if limit else np.ones(len(x), bool)
+            axis.plot(x[shown], np.asarray(y, float)[shown], **style)
+            if low is not None:
+                axis.fill_between(
+                    x[shown],
+                    np.asarray(low, float)[shown],
+                    np.asarray(high, float)[shown],
+                    color=style["color"],
+                    alpha=0.2,
+                )
+
     for i, entry in enumerate(entries):
         color = f"C{i}"
         label = f"{entry['agent'].upper()} ({entry['architecture']}{_shown_flags(entry, ', ')})"
@@ -240,32 +271,41 @@ def plot_env(suite_name: str, env: str, entries: list[dict], peers: dict, out: s
             curve = entry[kind]
             if curve is None:
                 continue
-            steps = np.array(curve["env_steps"]) * skip
-            for axis, x in ((by_steps, steps), (by_time, curve["seconds"])):
-                axis.plot(
-                    x,
-                    curve["point"],
-                    style,
-                    color=color,
-                    marker="o" if kind == "eval" else None,
-                    markersize=3,
-                    label=f"{label} {'training' if kind == 'train' else 'evaluation'}",
-                )
-                axis.fill_between(x, curve["low"], curve["high"], color=color, alpha=0.2)
+            draw(
+                {"steps": np.array(curve["env_steps"]) * skip, "seconds": curve["seconds"]},
+                curve["point"],
+                curve["low"],
+                curve["high"],
+                linestyle=style,
+                color=color,
+                marker="o" if kind == "eval" else None,
+                markersize=3,
+                label=f"{label} {'training' if kind == 'train' else 'evaluation'}",
+            )
         reference = entry["reference"]
         if reference and i == 0:
-            by_steps.axhline(reference["value"], color="gray", linestyle=":", label=f"reference: {reference['source']}")
+            for axis, x_name, _ in panels:
+                if x_name == "steps":
+                    axis.axhline(
+                        reference["value"],
+                        color="gray",
+                        linestyle=":",
+                        label=f"reference: {reference['source']}",
+                    )
     peer = peers.get(env)
     if peer:
         returns = np.array([[np.nan if v is None else v for v in row] for row in peer["returns"]])
         ended = np.isfinite(returns).any(axis=1)  # windows where some seed ended an episode (Freeway's are long)
         steps = np.array(peer["env_steps"])[ended]
         seconds = steps / peer["env_steps"][-1] * peer["train_s"] / peer["seeds"]  # the seeds ran in turn
-        for axis, x in ((by_steps, steps), (by_time, seconds)):
-            axis.plot(x, np.nanmean(returns[ended], axis=1), color="black", label=f"{peer['peer']} training")
-    by_steps.set_xlabel("frames" if skip > 1 else "environment steps (per seed)")
-    by_time.set_xlabel("training seconds (compilation excluded)")
-    for axis in (by_steps, by_time):
+        mean = np.nanmean(returns[ended], axis=1)
+        draw({"steps": steps, "seconds": seconds}, mean, color="black", label=f"{peer['peer']} training")
+    steps_label = "frames" if skip > 1 else "environment steps (per seed)"
+    for axis, x_name, limit in panels:
+        axis.set_xlabel(steps_label if x_name == "steps" else "training seconds (compilation excluded)")
+        if limit:
+            axis.set_xlabel(f"{steps_label}, the first {limit / 1.05:,.0f}")
+            axis.set_xlim(0, limit)
         axis.set_ylabel("return (mean over seeds, 95% interval)")
         axis.grid(alpha=0.3)
     by_steps.legend(fontsize="x-small")

@@ -346,3 +346,13 @@ def test_page_only_applies_the_suites_definitions_of_today_to_recorded_numbers(t
     assert data["entries"][0]["train"]["final"]["point"] == 0.5
     page = (tmp_path / "results.md").read_text()
     assert "catch_impala" not in page and "below the reference by 1.5" in page
+
+
+def test_short_runs_beside_long_ones_get_a_panel_of_their_own(tmp_path):
+    long, short = (Entry("anakin", "catch_ppo", "ppo", "catch", steps, seeds=1) for steps in (3_000_000, 300_000))
+    assert results._zoom_limit([_fake_summary(long, 0.5), _fake_summary(short, 0.5)]) == 300_000 * 1.05
+    near = Entry("anakin", "catch_ppo", "ppo", "catch", 1_500_000, seeds=1)  # over a third of the longest
+    assert results._zoom_limit([_fake_summary(long, 0.5), _fake_summary(near, 0.5)]) is None
+    out = tmp_path / "zoomed.png"
+    results.plot_env("tiny", "catch", [_fake_summary(long, 0.5), _fake_summary(short, 0.7)], {}, str(out))
+    assert out.stat().st_size > 10_000
