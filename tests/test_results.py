@@ -308,17 +308,15 @@ def test_a_setting_that_moved_between_the_preset_and_the_flags_keeps_the_recorde
 
 def test_recorded_settings_outlive_a_change_of_the_defaults():
     """A summary keeps the settings its runs trained with: a default changed since does not rewrite its past."""
-    entry = Entry("sebulba", "atari_impala", "impala", "Pong-v5", 1000, seeds=1, flags=("--vtrace-lambda", "0.5"))
+    entry = Entry("sebulba", "atari_impala", "impala", "Pong-v5", 1000, seeds=1, flags=("--clip-rho", "0.5"))
     summary = _fake_summary(dataclasses.replace(entry, flags=()), 0.7)  # its flags and preset say nothing of it
     then = results.run_settings(entry.architecture, entry.agent, summary["preset_settings"], entry.flags)
-    old = {"names": [entry.name], "entries": [{**summary, "settings": then}]}  # but lambda 0.5 was the default then
+    old = {"names": [entry.name], "entries": [{**summary, "settings": then}]}  # but 0.5 was the default then
     kept = results._recorded(entry, old)
-    assert kept["train"]["final"]["point"] == 0.7 and kept["settings"]["agent_config"]["vtrace_lambda"] == 0.5
+    assert kept["train"]["final"]["point"] == 0.7 and kept["settings"]["agent_config"]["clip_rho"] == 0.5
     assert results._recorded(dataclasses.replace(entry, flags=()), old) is None  # today's default is not 0.5
     backfilled = results._recorded(dataclasses.replace(entry, flags=()), {"names": [entry.name], "entries": [summary]})
-    assert (
-        backfilled["settings"]["agent_config"]["vtrace_lambda"] == ImpalaConfig().vtrace_lambda
-    )  # recorded from now on
+    assert backfilled["settings"]["agent_config"]["clip_rho"] == ImpalaConfig().clip_rho  # recorded from now on
 
 
 def test_rewriting_the_page_keeps_the_sections_other_scripts_wrote(tmp_path):
