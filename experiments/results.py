@@ -514,9 +514,12 @@ def _recorded(entry: Entry, old: dict) -> dict | None:
             same_runs = all(summary.get(field) == now[field] for field in DEFINING_FIELDS)
             settings = _settings(summary)
             if same_runs and settings == _settings(now):
-                # the reference is the suite's, not the run's: a corrected figure applies to recorded numbers too
+                # the reference is the suite's, not the run's: a corrected figure applies to recorded numbers too;
+                # the runs are labelled as today's definition gives them (their settings are the same)
                 return {
                     **summary,
+                    "flags": now["flags"],
+                    "preset_settings": now["preset_settings"],
                     "settings": settings,
                     "measured": summary.get("measured", old.get("measured")),
                     "reference": _reference(entry),

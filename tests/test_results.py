@@ -298,7 +298,8 @@ def test_a_setting_that_moved_between_the_preset_and_the_flags_keeps_the_recorde
     summary = _fake_summary(dataclasses.replace(entry, flags=("--cpu-devices", "2")), 0.7)
     summary["preset_settings"]["agent_config"]["vtrace_lambda"] = 0.5  # the preset set it when it ran
     old = {"names": [entry.name], "entries": [summary]}
-    assert results._recorded(entry, old)["train"]["final"]["point"] == 0.7
+    kept = results._recorded(entry, old)
+    assert kept["train"]["final"]["point"] == 0.7 and kept["flags"] == list(entry.flags)  # labelled as today's
     summary["preset_settings"]["agent_config"]["vtrace_lambda"] = 0.25  # it ran with another value
     assert results._recorded(entry, old) is None
     summary["preset_settings"]["agent_config"]["vtrace_lambda"] = 0.5
