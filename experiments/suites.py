@@ -100,18 +100,27 @@ CLEANBA_IMPALA_PONG = Reference(
 CLEANBA_PPO_PONG = Reference(
     9.4, "Cleanba's PPO training curve at 2.5M agent steps, 10M frames (see above)", of="training"
 )
+
+
+def _ppo_breakout_minatar_at(value: float, steps: str) -> Reference:
+    """MuZero's reference on Breakout-MinAtar: PPO's training curve of this suite (3 seeds) at equal env steps."""
+    return Reference(
+        value, f"PPO (anakin, `minatar_ppo`) on this page, training return at {steps} steps", of="training"
+    )
+
+
 SEBULBA_CPU = ("--cpu-devices", "2")  # on a CPU host: one actor device and one learner device (ignored on accelerators)
 
 
-def _pong_impala(variant: str, *flags: str) -> Entry:
-    """IMPALA on Pong-v5 as the atari suite runs it (one seed, 10M frames), with ``flags`` after the CPU split."""
+def _pong_impala(variant: str, *flags: str, seeds: int = 1) -> Entry:
+    """IMPALA on Pong-v5 as the atari suite runs it (10M frames), with ``flags`` after the CPU split."""
     return Entry(
         "sebulba",
         "atari_impala",
         "impala",
         "Pong-v5",
         2_500_000,
-        seeds=1,
+        seeds=seeds,
         flags=(*SEBULBA_CPU, *flags),
         frame_skip=4,
         evaluations=5,
@@ -191,8 +200,9 @@ SUITES: dict[str, Suite] = {
         "steps, seed 0, it reached 9.4 where the MLP's three seeds average 2.5, but on 2 CPU cores it runs about "
         "7,500 steps/s where the MLP runs over 100,000. MuZero (`minatar_muzero`: Gumbel search with 16 simulations "
         "over a learnt MLP model of 128 units, 4 sampled windows per new step) runs 1M steps on Breakout, its curve "
-        "in the Breakout figure beside PPO's at equal env steps; no published MuZero figure on gymnax's MinAtar is "
-        "known to us, so its row has no reference. On 2 CPU cores it trains about 2,200 steps/s. With 4 windows per "
+        "in the Breakout figure beside PPO's at equal env steps (its third panel: the first 1M steps); no published "
+        "MuZero figure on gymnax's MinAtar is known to us, so each MuZero row's reference is PPO's training return "
+        "on this page at the row's budget. On 2 CPU cores it trains about 2,200 steps/s. With 4 windows per "
         "step it learns more slowly than PPO per env step and levels off near 7-8 from 500k steps (training return "
         "4.5 at 300k steps where PPO is at 11.5): it is short of gradient steps, not of data. The `rr16` row takes "
         "16 windows per new step (`--replay-ratio 16`: 4x the gradient steps; about 330 steps/s here, so its "
@@ -200,7 +210,10 @@ SUITES: dict[str, Suite] = {
         "--preset minatar_muzero --replay-ratio 16 --total-env-steps 1000000 --eval-every 250000`, 763 steps/s "
         "alone on the 2 cores, 2026-12-06) reached a training return of 16.5 (last log window) and a greedy "
         "evaluation of 18.0 (8 episodes) at 1M steps, where the preset's seed 0 is at 7.3 and PPO's three seeds at "
-        "18.3 [15.5, 20.5] (training): with 16 windows MuZero about matches PPO per env step, it does not beat it.",
+        "18.3 [15.5, 20.5] (training): with 16 windows MuZero about matches PPO per env step, it does not beat it. "
+        "In the first 300k steps the `rr16` curve is above PPO's at 100k and 200k steps (5.8 and 8.0 against 1.5 and "
+        "6.6) and below it at 300k (9.8 against 11.5); PPO's points average 100k-step log windows and MuZero's "
+        "6k-step ones, which favours MuZero early.",
         entries=tuple(
             Entry(
                 "anakin",
@@ -230,8 +243,16 @@ SUITES: dict[str, Suite] = {
                 reference=Reference(15, GYMNAX_BLINES + ", at 10M steps"),
                 variant="conv",
             ),
-            # MuZero's claim is sample efficiency: its curve beside PPO's in the Breakout figure, at equal env steps
-            Entry("anakin", "minatar_muzero", "muzero", "gymnax:Breakout-MinAtar", 1_000_000),
+            # MuZero's claim is sample efficiency: its curve beside PPO's in the Breakout figure, at equal env steps,
+            # and PPO's training return at the same steps as its reference
+            Entry(
+                "anakin",
+                "minatar_muzero",
+                "muzero",
+                "gymnax:Breakout-MinAtar",
+                1_000_000,
+                reference=_ppo_breakout_minatar_at(18.3, "983k"),
+            ),
             Entry(  # 4x the gradient steps per env step: the first 300k steps, where PPO learns fastest
                 "anakin",
                 "minatar_muzero",
@@ -239,6 +260,7 @@ SUITES: dict[str, Suite] = {
                 "gymnax:Breakout-MinAtar",
                 300_000,
                 flags=("--replay-ratio", "16"),
+                reference=_ppo_breakout_minatar_at(11.5, "295k"),
                 variant="rr16",
             ),
         ),
@@ -281,10 +303,11 @@ SUITES: dict[str, Suite] = {
         ),
     ),
     "atari": Suite(
-        about="Pong-v5 on Sebulba, one seed each: IMPALA in the paper's setting (RMSProp, epsilon 0.01, on the loss "
-        "summed over the batch; 4 gradient steps per batch as Cleanba's IMPALA takes them) at this host's batch "
-        "(32 envs x 20 steps) and at Cleanba's (128 envs x 20, the preset's on a host of 8 or more cores), and PPO "
-        "in Cleanba's setting (Nature CNN, one torso, 16 envs x 32 steps). "
+        about="Pong-v5 on Sebulba: IMPALA in the paper's setting (RMSProp, epsilon 0.01, on the loss summed over "
+        "the batch, V-trace lambda 1; 4 gradient steps per batch as Cleanba's IMPALA takes them) at this host's "
+        "batch (32 envs x 20 steps, 3 seeds); with IMPALA's default lambda, 0.95, at that batch and at Cleanba's "
+        "(128 envs x 20, the preset's on a host of 8 or more cores), one seed each; and PPO in Cleanba's setting "
+        "(Nature CNN, one torso, 16 envs x 32 steps, one seed). "
         "**The references are Cleanba's training curves at equal frames**, read off the Pong panel of "
         "static/cleanba/main_10CPU.png in its repository (1 A100, 3 seeds, smoothed), whose x axis is Cleanba's "
         "`global_step`: agent steps, 4 frames each (its runs are 50M steps, 200M frames). At 2.5M steps (10M frames) "
@@ -302,13 +325,14 @@ SUITES: dict[str, Suite] = {
         "the gradient steps per frame of the 32-env row) the policy stayed uniform (entropy 1.78 of ln 6 = 1.79, "
         "every gradient clipped from a norm of 90-470 to 40) for the first 1.5M steps and the run "
         "ends at -17.4 (greedy -14.9) at 10M frames, where Cleanba's IMPALA with that batch and learner is at about "
-        "+8: its batch and learner settings alone do not close the gap. What still differs is the network (the "
+        "+8: its batch and learner settings alone do not close the gap. What still differed was the network (the "
         "IMPALA ResNet there, the Nature CNN here; not run here: 5 hours per 10M frames on 2 CPU cores), V-trace's "
-        "lambda (1 there, 0.95 here) and the environment (sticky actions and 18 actions there, which make Pong harder, not easier). **V-trace's lambda is what held IMPALA back on Pong**: with lambda 1 (the `--vtrace-lambda 1` "
-        "row; Cleanba's and rlax's default, where IMPALA's default has been 0.95 since 2026-12-05, chosen on "
-        "Anakin's CartPole) the 32-env run left -20 at about 4M frames, passed +15 by 8.5M and ends at +18.2 "
-        "(greedy +17.75) at 10M frames, above Cleanba's curve at equal frames (one seed; the preset keeps 0.95 "
-        "until more seeds and games confirm it). PPO's training "
+        "lambda (1 there; 0.95 here, IMPALA's default since 2026-12-05, chosen on Anakin's CartPole) and the "
+        "environment (sticky actions and 18 actions there, which make Pong harder, not easier). **V-trace's lambda "
+        "is what held IMPALA back on Pong**: with lambda 1 (the paper's, rlax's and Cleanba's), which the preset "
+        "takes since 2026-12-06 (the first row), the 32-env runs leave -20 at about 4M frames and end at "
+        "+15.4 [10.6, 18.2] (per seed 18.2, 17.6, 10.6) training (greedy +18.3 [17.75, 18.9]) at 10M frames, 3 seeds, above Cleanba's curve at equal frames; the "
+        "`--vtrace-lambda 0.95` rows are the preset as it was before. PPO's training "
         "return at 10M frames (+8.1) is within 1.3 of Cleanba's PPO training curve at equal frames; its greedy "
         "evaluation (+20) is far above it, as a greedy policy's is while the sampling policy keeps some entropy. "
         "PPO's 10M-frame run (3 segments over 2.7 hours; the last, from 5.9M frames, on the "
@@ -318,12 +342,13 @@ SUITES: dict[str, Suite] = {
         "continues it). On a GPU or TPU the learner's conv gradients, which dominate an update here, leave the "
         "CPU cores to envpool and the actor threads (not measured here).",
         entries=(
-            # IMPALA first: its learner is the cheaper, so a suite cut short has whole runs
-            _pong_impala("4mb", "--num-minibatches", "4"),
-            # V-trace lambda 1, as Cleanba's IMPALA (rlax's default) takes it
-            _pong_impala("lambda1", "--num-minibatches", "4", "--vtrace-lambda", "1"),
-            # Cleanba's batch (128 envs x 20, 4 minibatches): the preset's on a host of 8 or more cores
-            _pong_impala("128envs", "--envs-per-thread", "128", "--num-minibatches", "4"),
+            # IMPALA first: its learner is the cheaper, so a suite cut short has whole runs. The preset, with
+            # V-trace lambda 1 as the paper, rlax and Cleanba's IMPALA take it
+            _pong_impala("lambda1", "--num-minibatches", "4", seeds=3),
+            # IMPALA's default lambda, which the preset took until 2026-12-06
+            _pong_impala("4mb", "--num-minibatches", "4", "--vtrace-lambda", "0.95"),
+            # and with it at Cleanba's batch (128 envs x 20, 4 minibatches): the preset's on a host of 8+ cores
+            _pong_impala("128envs", "--envs-per-thread", "128", "--num-minibatches", "4", "--vtrace-lambda", "0.95"),
             Entry(
                 "sebulba",
                 "breakout_ppo",

@@ -30,7 +30,7 @@ def test_an_entrys_own_flags_are_shown_beside_its_preset_and_the_cpu_split_is_no
     minibatches = next(e for e in SUITES["atari"].entries if e.variant == "4mb")
     summary = {"flags": list(minibatches.flags)}
     assert minibatches.name == "sebulba-impala-pong-v5-4mb"
-    assert results._shown_flags(summary, " ") == " --num-minibatches 4"
+    assert results._shown_flags(summary, " ") == " --num-minibatches 4 --vtrace-lambda 0.95"
     assert results._shown_flags({"flags": ["--cpu-devices", "2"]}, " ") == ""
 
 
