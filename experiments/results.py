@@ -156,6 +156,7 @@ def summarise(entry: Entry, run_dirs: list[str]) -> dict:
     from podracer.plot import read_metrics
 
     states = [_run_state(d) for d in run_dirs]
+    preset = preset_settings(entry)
     last = [read_metrics(d)[-1] for d in run_dirs]
     train_seconds = sum(r["time"] for r in last)
     return {
@@ -164,9 +165,9 @@ def summarise(entry: Entry, run_dirs: list[str]) -> dict:
         "agent": entry.agent,
         "env": entry.env,
         "preset": entry.preset,
-        "preset_settings": preset_settings(entry),
+        "preset_settings": preset,
         "flags": list(entry.flags),
-        "settings": run_settings(entry.architecture, entry.agent, preset_settings(entry), entry.flags),
+        "settings": run_settings(entry.architecture, entry.agent, preset, entry.flags),
         "seeds": entry.seeds,
         "steps": entry.steps,
         "frame_skip": entry.frame_skip,
@@ -304,7 +305,7 @@ def plot_env(suite_name: str, env: str, entries: list[dict], peers: dict, out: s
     for axis, x_name, limit in panels:
         axis.set_xlabel(steps_label if x_name == "steps" else "training seconds (compilation excluded)")
         if limit:
-            axis.set_xlabel(f"{steps_label}, the first {limit / 1.05:,.0f}")
+            axis.set_xlabel(f"{steps_label}, the first {limit / 1.05:,.0f}")  # the zoom's limit has 5% to spare
             axis.set_xlim(0, limit)
         axis.set_ylabel("return (mean over seeds, 95% interval)")
         axis.grid(alpha=0.3)

@@ -65,10 +65,12 @@ def seed_learners(state):
 
     The runner state's leaves are ``[devices, seeds, lanes, ...]``; every lane and device holds the same learner.
     """
-    return _first_lane(state.learner)
+    return first_lane(state.learner)
 
 
-def _first_lane(tree):
+def first_lane(tree):
+    """``tree``'s leaves ``[devices, seeds, lanes, ...]`` (a runner state's) as ``[seeds, ...]``, from this
+    process's first device and its first lane."""
     return jax.tree.map(lambda x: x.addressable_shards[0].data[0, :, 0], tree)
 
 
@@ -86,7 +88,7 @@ class AnakinEvaluator:
     def request(self, state, update: int) -> None:
         local = seed_learners(state)
         key = jax.random.fold_in(self.key, update)
-        returns, finished = jax.device_get(self.run(self.agent.actor_params(local), _first_lane(state.hparams), key))
+        returns, finished = jax.device_get(self.run(self.agent.actor_params(local), first_lane(state.hparams), key))
         env_steps = update * self.steps_per_update
         if finished.all():
             self.finished = summary(returns, env_steps)

@@ -17,7 +17,7 @@ import numpy as np
 from podracer import envs, evaluation
 from podracer.agents import make_agent
 from podracer.anakin.config import AnakinConfig, geometry, loop_on_device
-from podracer.anakin.evaluate import AnakinEvaluator
+from podracer.anakin.evaluate import AnakinEvaluator, first_lane
 from podracer.anakin.program import anakin_mesh, make_anakin
 from podracer.anakin.sweep import Sweep, make_sweep
 from podracer.checkpoint import CheckpointConfig, settings_fingerprint
@@ -107,10 +107,7 @@ def train_agent(
 
 def agent_settings(state) -> dict:
     """``{"hparams": {name: [agents]}, "population": Population of [agents] or ()}`` on the host, from device 0."""
-    first = lambda x: x.addressable_shards[0].data[0, :, 0]  # noqa: E731
-    return jax.device_get(
-        {"hparams": jax.tree.map(first, state.hparams), "population": jax.tree.map(first, state.population)}
-    )
+    return jax.device_get({"hparams": first_lane(state.hparams), "population": first_lane(state.population)})
 
 
 def population_record(latest: dict) -> dict:
