@@ -130,6 +130,7 @@ def _inference_alone(agent, env_id: str, num_envs: int, env_config, calls: int =
     import numpy as np
 
     from podracer.envs.host import HostEnv
+    from podracer.parallel import device_mesh, per_device
     from podracer.sebulba.actor import ACTOR_KEY_IMPL, make_actor_program
 
     env = HostEnv(env_id, num_envs, 0, env_config)
@@ -137,7 +138,8 @@ def _inference_alone(agent, env_id: str, num_envs: int, env_config, calls: int =
     env.close()
     params = agent.actor_params(agent.init(jax.random.key(0)))
     program = make_actor_program(agent, env.to_agent_layout, params)
-    packed, key = program.pack(params), np.asarray(jax.random.key_data(jax.random.key(1, impl=ACTOR_KEY_IMPL)))
+    packed = program.pack(per_device(params, device_mesh(jax.devices()[:1])))  # as the learner publishes them
+    key = np.asarray(jax.random.key_data(jax.random.key(1, impl=ACTOR_KEY_IMPL)))
     floor = jax.jit(lambda packed, obs, key: (obs[:, :1], obs))  # obs[:, :1]: the small output an action is
     results = {}
     for name, call in (

@@ -222,6 +222,12 @@ def put_local_share(tree, sharding: NamedSharding):
     return jax.tree.map(put, tree)
 
 
+def first_local_shards(tree):
+    """This process's first device's shard of every leaf of a :func:`per_device` tree: ``[1, ...]`` each, read
+    without computing anything."""
+    return jax.tree.map(lambda x: x.addressable_shards[0].data, tree)
+
+
 # One call for every leaf: indexing each leaf's shard is a dispatch per leaf (12 for a 64-64 MLP actor-critic),
 # which the Sebulba learner paid with the GIL held at every publish, stalling the actor threads.
 _first_rows = jax.jit(lambda tree: jax.tree.map(lambda x: x[0], tree))
@@ -229,7 +235,7 @@ _first_rows = jax.jit(lambda tree: jax.tree.map(lambda x: x[0], tree))
 
 def first_local_replica(tree):
     """This process's first device's copy of a :func:`per_device` tree (e.g. to read parameters)."""
-    return _first_rows(jax.tree.map(lambda x: x.addressable_shards[0].data, tree))
+    return _first_rows(first_local_shards(tree))
 
 
 def data_parallel_learn(learn: Callable, mesh: Mesh) -> Callable:

@@ -234,16 +234,21 @@ def test_waiting_for_a_sebulba_evaluation_reports_its_progress(monkeypatch):
 
 
 def test_actor_params_are_packed_into_one_array_and_back_exactly():
+    from podracer.parallel import device_mesh, per_device
     from podracer.sebulba.actor import params_packing
 
+    mesh = device_mesh(jax.devices()[:2])
     params = {"dense": {"kernel": jnp.arange(12.0).reshape(3, 4), "bias": -jnp.arange(4.0)}, "log_std": jnp.ones(2)}
     pack, unpack = params_packing(params)
-    packed = pack(params)
+    packed = pack(per_device(params, mesh))  # the learner's replicas: one of them, packed
     assert isinstance(packed, jax.Array) and packed.shape == (18,)
+    assert packed.devices() == {jax.devices()[0]}
     jax.tree.map(np.testing.assert_array_equal, jax.jit(unpack)(packed), params)
     mixed = {"w": jnp.ones(3), "count": jnp.int32(7)}  # one flat array would cast the counter: left as it is
     pack, unpack = params_packing(mixed)
-    assert pack(mixed) is mixed and unpack(mixed) is mixed
+    packed = pack(per_device(mixed, mesh))
+    jax.tree.map(np.testing.assert_array_equal, packed, mixed)
+    assert packed["count"].dtype == jnp.int32 and unpack(packed) is packed
 
 
 def test_the_unrolled_minibatch_loop_computes_what_the_rolled_one_does():

@@ -318,7 +318,7 @@ class _Sebulba:
 
     def publish(self, version: int, state) -> None:
         """Hands the actors the parameters of ``state`` as version ``version`` (packed as they take them)."""
-        self.store.publish(version, self.actor_program.pack(first_local_replica(self.agent.actor_params(state))))
+        self.store.publish(version, self.actor_program.pack(self.agent.actor_params(state)))
 
     @contextlib.contextmanager
     def running(self, state, first_update: int):
