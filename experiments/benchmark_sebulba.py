@@ -233,6 +233,21 @@ def measure(kind: str, devices: int | None = 2, **spec) -> dict:
     return bench_process.measure(__file__, kind, devices, **spec)
 
 
+def measure_medians(kind: str, plan: list[dict], repeats: int) -> list[dict]:
+    """Each spec of ``plan`` measured ``repeats`` times, the plan's specs alternating (a shared host's neighbours
+    moved single runs here by 20% and more); per spec its median run by steps/s, with every run's steps/s in
+    ``runs``."""
+    runs = [[] for _ in plan]
+    for _ in range(repeats):
+        for spec, results in zip(plan, runs):
+            results.append(measure(kind, **spec))
+    medians = []
+    for results in runs:
+        ordered = sorted(results, key=lambda r: r["sps"])
+        medians.append({**ordered[(len(ordered) - 1) // 2], "runs": [r["sps"] for r in results]})
+    return medians
+
+
 def cpu_plan(quick: bool) -> tuple[list[dict], list[dict], list[dict]]:
     """The (raw, actors, train) measurements on simulated CPU devices, envpool on 2 threads."""
     seconds = 3.0 if quick else 6.0
@@ -250,11 +265,11 @@ def cpu_plan(quick: bool) -> tuple[list[dict], list[dict], list[dict]]:
     actors = [
         dict(env_id=env_id, num_envs=num_envs, env_batches=batches, threads=2, rollouts=rollouts)
         for env_id, num_envs, batches, rollouts in [
-            (CLASSIC, 64, 1, 40),
-            (CLASSIC, 32, 2, 40),
-            (CLASSIC, 64, 2, 40),
-            (ATARI[0], 32, 1, 4),
-            (ATARI[0], 16, 2, 4),
+            (CLASSIC, 64, 1, 150),  # 2-3 s timed: 40 rollouts (under a second) moved by a third between runs
+            (CLASSIC, 32, 2, 150),
+            (CLASSIC, 64, 2, 100),
+            (ATARI[0], 32, 1, 6),
+            (ATARI[0], 16, 2, 6),
         ]
     ]
     train = [
@@ -344,6 +359,12 @@ def main() -> None:
         default=sys.executable,
         help="the Python that runs Cleanba (jax, flax, optax, rlax, envpool, tyro, rich, tensorboardX)",
     )
+    parser.add_argument(
+        "--repeats",
+        type=bench_process.positive_int,
+        default=3,
+        help="runs of each raw envpool and actors measurement, alternated (the median is reported)",
+    )
     args = parser.parse_args()
     if args.accelerator and not args.worker:
         if args.cleanba:
@@ -360,8 +381,8 @@ def main() -> None:
         except (OSError, ValueError) as error:
             parser.error(f"--cleanba {args.cleanba}: {error}")
     raw_plan, actors_plan, train_plan = accelerator_plan() if args.accelerator else cpu_plan(args.quick)
-    raw_rows = [measure("raw", **spec) for spec in raw_plan]
-    actor_rows = [measure("actors", **spec) for spec in actors_plan]
+    raw_rows = measure_medians("raw", raw_plan, args.repeats)
+    actor_rows = measure_medians("actors", actors_plan, args.repeats)
     train_rows = [measure("train", **spec) for spec in train_plan]
     peer_rows = []
     for spec in cleanba_plan(args.quick) if cleanba_scripts else []:
@@ -400,6 +421,10 @@ def _raw_cpu(raw: dict) -> str:
     return f"{raw['cpu_us_per_step']:,.1f} ({raw['cpu_us_per_step'] * raw['sps'] / 1e6:.2f} of {raw['cores']})"
 
 
+def _runs(row: dict) -> str:
+    return ", ".join(f"{sps:,.0f}" for sps in row.get("runs", [row["sps"]]))
+
+
 def _cpu_bound(actors: dict, raw: dict | None) -> str:
     """The share of raw envpool's rate the host's cores allow with each step's inference CPU time added."""
     if not raw or "cpu_us_per_step" not in raw or "inference_cpu_us" not in actors:
@@ -427,13 +452,16 @@ def report_lines(
         "",
         "## Raw envpool, random actions (the host limit)",
         "",
-        "| env | envs | batch (async if smaller) | agent steps/s | frames/s | CPU us per agent step (cores busy) |",
-        "|---|---|---|---|---|---|",
+        "This table and the next: each row the median of the runs listed (`--repeats`), the rows' runs alternated.",
+        "",
+        "| env | envs | batch (async if smaller) | agent steps/s | runs | frames/s | CPU us per agent step (cores busy) |",
+        "|---|---|---|---|---|---|---|",
     ]
     for r in raw_rows:
         skip = 4 if r["env_id"] in ATARI else 1
         lines.append(
-            f"| {r['env_id']} | {r['num_envs']} | {r['batch_size']} | {r['sps']:,.0f} | {r['sps'] * skip:,.0f} | "
+            f"| {r['env_id']} | {r['num_envs']} | {r['batch_size']} | {r['sps']:,.0f} | {_runs(r)} | "
+            f"{r['sps'] * skip:,.0f} | "
             f"{_raw_cpu(r)} |"
         )
     lines += [
@@ -443,10 +471,10 @@ def report_lines(
         "Sebulba with a learner that learns nothing but still takes every trajectory and publishes parameters",
         "after each update; the first two rollouts (compilation, warm-up) are left out.",
         "",
-        "| env | envpool batches x envs | agent steps/s | of raw envpool (as many envs; aim 80%) | "
+        "| env | envpool batches x envs | agent steps/s | runs | of raw envpool (as many envs; aim 80%) | "
         "env step / inference / transfer, s | per batch step: wall / env step / inference, us | "
         "inference alone / call floor, us | at most, with raw envpool's and inference's CPU on the same cores |",
-        "|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in actor_rows:
         batches = r.get("env_batches", 2)
@@ -455,7 +483,7 @@ def report_lines(
         t = r["timings"]
         calls = r["sps"] * r["seconds"] / r["num_envs"]  # inference calls (batch steps) in the timed window
         lines.append(
-            f"| {r['env_id']} | {batches} x {r['num_envs']} | {r['sps']:,.0f} | {share} | "
+            f"| {r['env_id']} | {batches} x {r['num_envs']} | {r['sps']:,.0f} | {_runs(r)} | {share} | "
             f"{t.get('env_step', 0):.1f} / {t.get('inference', 0):.1f} / {t.get('transfer', 0):.1f} | "
             f"{r['seconds'] / calls * 1e6:,.0f} / {t.get('env_step', 0) / calls * 1e6:,.0f} / "
             f"{t.get('inference', 0) / calls * 1e6:,.0f} | "

@@ -119,6 +119,24 @@ def test_the_actors_row_has_inference_alone_and_the_call_floor():
     assert raw_row.endswith(f"| 3.0 ({3.0 * raw['sps'] / 1e6:.2f} of 2) |")
 
 
+def test_sebulba_rows_are_medians_of_alternated_runs(monkeypatch):
+    from experiments import benchmark_sebulba
+
+    calls, rates = [], iter([5.0, 50.0, 1.0, 70.0, 3.0, 60.0])
+
+    def fake_measure(kind, **spec):
+        calls.append(spec["num_envs"])
+        return {"kind": kind, **spec, "sps": next(rates)}
+
+    monkeypatch.setattr(benchmark_sebulba, "measure", fake_measure)
+    rows = benchmark_sebulba.measure_medians("raw", [{"num_envs": 8}, {"num_envs": 16}], repeats=3)
+    assert calls == [8, 16, 8, 16, 8, 16]  # alternated, not one spec's runs back to back
+    assert [r["sps"] for r in rows] == [3.0, 60.0] and rows[0]["runs"] == [5.0, 1.0, 3.0]
+    raw = {"env_id": "CartPole-v1", "num_envs": 8, "batch_size": 8, "threads": 1, **rows[0]}
+    line = next(line for line in benchmark_sebulba.report_lines(False, [raw], [], [], []) if "| 8 | 8 |" in line)
+    assert "| 3 | 5, 1, 3 |" in line
+
+
 def test_the_anakin_parts_measurement_times_the_rollout_and_the_learner_apart():
     from experiments import benchmark_anakin
 
