@@ -198,3 +198,146 @@ def test_sebulba_muzero_reaches_300_on_envpool_cartpole_within_250k_steps():
     )
     returns = [r["episode_return"] for r in result.records if r["episode_return"] is not None]
     assert np.mean(returns[-3:]) >= 300, returns
+
+
+def _brute_force_n_step(reward, discount, valid, values, gamma, n):
+    """Each position's n-step return by a plain loop over its own steps (one window ``[W]``)."""
+    out = []
+    for k in range(len(values) - n):
+        total, scale = 0.0, 1.0
+        for i in range(n):
+            total += scale * reward[k + i]
+            scale *= gamma * discount[k + i]
+            if not valid[k + i + 1]:  # a truncated final observation: bootstrap from it and stop
+                break
+        out.append(total + scale * values[k + i + 1])
+    return out
+
+
+def test_n_step_returns_bootstrap_once_per_return_as_a_brute_force_loop_does():
+    from podracer.agents.muzero import n_step_returns
+
+    rng = np.random.default_rng(0)
+    b, w, n, gamma = 64, 16, 10, 0.9
+    reward = rng.normal(size=(b, w - 1)).astype(np.float32)
+    discount = (rng.random((b, w - 1)) > 0.1).astype(np.float32)  # 10% terminations
+    valid = rng.random((b, w)) > 0.1  # 10% truncations
+    values = rng.normal(size=(b, w)).astype(np.float32)
+    targets = np.asarray(n_step_targets(reward, discount, valid, values, gamma, n))
+    expected = [_brute_force_n_step(*row, gamma, n) for row in zip(reward, discount, valid, values)]
+    np.testing.assert_allclose(targets, expected, rtol=1e-5, atol=1e-5)
+    _, position, scale = n_step_returns(reward, discount, valid, gamma, n)
+    ahead = np.asarray(position) - np.arange(w - n)
+    assert ahead.min() >= 1 and ahead.max() <= n  # one bootstrap position per return, within its n steps
+    assert (np.asarray(scale) == 0).any() and (ahead < n).any()  # the draw has terminations and truncations
+
+
+def test_consistency_loss_is_one_minus_the_cosine_and_adds_to_the_loss_with_its_weight():
+    from podracer.agents.muzero import consistency_loss
+
+    x = jnp.array([[1.0, 2.0, 0.0], [1.0, 0.0, 0.0], [0.0, 3.0, 1.0]])
+    y = jnp.array([[3.0, 6.0, 0.0], [0.0, 5.0, 0.0], [0.0, -6.0, -2.0]])
+    np.testing.assert_allclose(consistency_loss(x, y), [0.0, 1.0, 2.0], atol=1e-6)  # same way, orthogonal, opposite
+    tx = value_transform(MuZeroConfig(support_max=2.0, support_bins=5))
+    b, k, a = 2, 2, 3
+    targets = UnrollTargets(
+        policy=jnp.full((b, k + 1, a), 1 / a),
+        value=jnp.zeros((b, k + 1)),
+        reward=jnp.zeros((b, k)),
+        inside=jnp.array([[1, 1, 1], [1, 1, 0]]),
+        weight=jnp.ones(b),
+    )
+    logits = (jnp.zeros((b, k + 1, a)), jnp.zeros((b, k + 1, 5)), jnp.zeros((b, k, 5)))
+    consistency = jnp.array([[0.2, 0.4], [0.6, 0.8]])  # [b, K]; window 1's last step is outside its episode
+
+    def loss(coef):
+        return single_replica(
+            lambda *x: muzero_loss(*x, targets, tx, 0.25, 1.0, consistency=consistency, consistency_coef=coef)
+        )(*logits)
+
+    without, _ = single_replica(lambda *x: muzero_loss(*x, targets, tx, 0.25, 1.0))(*logits)
+    total, metrics = loss(3.0)
+    # 5 positions inside, counted K + 1 = 3 times (a sum over the unroll); the unrolled steps weigh 1/K each
+    expected = (0.2 + 0.4 + 0.6) / 2 / 5 * 3
+    np.testing.assert_allclose(metrics["consistency_loss"], expected, rtol=1e-6)
+    np.testing.assert_allclose(total, without + 3.0 * expected, rtol=1e-6)
+
+
+def _filled_sample(config: MuZeroConfig, batch: int):
+    """A MuZero agent's model, search and a sample of ``batch`` windows from a replay of random steps."""
+    from podracer.agents.muzero import Model, make_network, make_search
+
+    rng = np.random.default_rng(0)
+    t, b = 32, 4
+    replay = replay_init(_traj(t, b, 0), capacity=100)
+    for _ in range(2):
+        traj = Trajectory(
+            jnp.asarray(rng.normal(size=(t + 1, b, 4)), jnp.float32),
+            jnp.asarray(rng.integers(0, 3, (t, b)), jnp.int32),
+            jnp.asarray(rng.normal(size=(t, b)), jnp.float32),
+            jnp.asarray(rng.random((t, b)) > 0.05, jnp.float32),
+            jnp.asarray(rng.random((t, b)) > 0.05),
+            {"search_policy": jax.nn.softmax(jnp.asarray(rng.normal(size=(t, b, 3)), jnp.float32) * 3)}
+            | {"search_value": jnp.zeros((t, b))},
+        )
+        replay = replay_add(replay, traj)
+    window = config.unroll_steps + config.td_steps + 1
+    sample = replay_sample(replay, jax.random.key(1), batch, window)
+    model = Model(make_network(config, SPEC), value_transform(config), config.gamma)
+    return model, make_search(config, model), sample
+
+
+@pytest.mark.parametrize("reanalyse_value", [False, True])
+def test_reanalyse_takes_the_first_windows_targets_from_one_fresh_search_with_the_target_parameters(
+    reanalyse_value,
+):
+    from podracer.agents.muzero import make_targets, n_step_returns
+
+    config = MuZeroConfig(
+        unroll_steps=3, td_steps=4, num_simulations=4, reanalyse_fraction=0.5, reanalyse_value=reanalyse_value
+    )
+    model, search, sample = _filled_sample(config, batch=8)
+    params = model.network.init(jax.random.key(0), jnp.zeros((1, 4)), jnp.zeros((1,), jnp.int32))
+    key = jax.random.key(7)
+    targets, alive, metrics = single_replica(make_targets(config, model, search, 3))(params, sample, key)
+    policy_key, value_key = jax.random.split(key)
+    k = config.unroll_steps
+    fresh = search(params, sample.obs[:4, : k + 1].reshape(-1, 4), policy_key).action_weights.reshape(4, k + 1, 3)
+    uniform = np.full(3, 1 / 3)
+    stored = np.asarray(sample.extras["search_policy"][:, : k + 1])
+    expected_policy = np.where(np.asarray(alive)[..., None] > 0, np.concatenate([fresh, stored[4:]]), uniform)
+    np.testing.assert_allclose(targets.policy, expected_policy, rtol=1e-5, atol=1e-6)
+    assert np.abs(np.asarray(fresh) - stored[:4]).max() > 0.1  # the fresh search differs from what was stored
+    partial, position, scale = n_step_returns(
+        sample.reward[:, :-1], sample.discount[:, :-1], sample.valid, config.gamma, config.td_steps
+    )
+    at_bootstrap = sample.obs[jnp.arange(8)[:, None], position].reshape(-1, 4)
+    bootstrap = np.array(model.root(params, at_bootstrap).value).reshape(8, k + 1)
+    if reanalyse_value:
+        searched = search(params, at_bootstrap.reshape(8, k + 1, 4)[:4].reshape(-1, 4), value_key)
+        bootstrap[:4] = np.asarray(searched.search_tree.summary().value).reshape(4, k + 1)
+    np.testing.assert_allclose(targets.value, (partial + scale * bootstrap) * alive, rtol=1e-5, atol=1e-5)
+    assert float(metrics["reanalyse_kl"]) > 0.01
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--reanalyse-fraction", "1.5"], "--reanalyse-fraction must be at most 1.0, got 1.5"),
+        (["--reanalyse-fraction", "-0.1"], "--reanalyse-fraction must be at least 0.0, got -0.1"),
+        (["--reanalyse-fraction", "nan"], "--reanalyse-fraction must be a finite number, got nan"),
+        (["--reanalyse-value"], "--reanalyse-value re-searches Reanalyse's windows: it needs --reanalyse-fraction"),
+        (["--consistency-coef", "-2"], "--consistency-coef must be at least 0.0, got -2.0"),
+        (["--consistency-coef", "inf"], "--consistency-coef must be a finite number, got inf"),
+        (["--q-floor", "0"], "--q-floor must be positive, got 0.0"),
+        (["--projection-size", "1"], "--projection-size must be at least 2, got 1"),
+    ],
+)
+def test_bad_muzero_settings_are_refused_in_one_line_before_anything_starts(tmp_path, capsys, flags, message):
+    from podracer.cli.main import main
+
+    run_dir = tmp_path / "run"
+    assert main(["anakin", "--preset", "catch_muzero", *flags, "--logdir", str(run_dir)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1, err
+    assert not run_dir.exists()

@@ -11,11 +11,17 @@
   bootstrapped from a *target network* (periodic copy or EMA) so they do not go
   stale, policy targets from the search's action weights, absorbing-state
   targets after termination, and bootstrapping through truncation.
+* Reanalyse (``reanalyse_fraction``): a share of each batch's windows gets its
+  policy targets (and, with ``reanalyse_value``, its bootstrap values) from a
+  fresh search with the target parameters instead of the stored ones.
+* Consistency (``consistency_coef``): EfficientZero's self-supervised loss between
+  the dynamics' state at unroll step k and the representation of observation k.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -51,6 +57,11 @@ class MuZeroConfig:
     dirichlet_alpha: float = knob(0.3, "classic search: Dirichlet noise concentration at the root")
     dirichlet_fraction: float = knob(0.25, "classic search: weight of the root noise", minimum=0.0, maximum=1.0)
     temperature: float = knob(1.0, "classic search: temperature of the visit-count policy")
+    q_floor: float = knob(
+        1e-8,
+        "search: the least spread of Q values that the min-max normalisation of Q divides by (mctx's epsilon; the "
+        "default leaves it scale-free, so a tiny Q gap already makes a peaked policy target)",
+    )
     unroll_steps: int = knob(5, "K: model unroll steps per sampled window", minimum=1)
     td_steps: int = knob(10, "n: steps of the n-step value targets", minimum=1)
     support_max: float = knob(
@@ -74,6 +85,25 @@ class MuZeroConfig:
     value_coef: float = knob(0.25, "weight of the value loss")
     reward_coef: float = knob(1.0, "weight of the reward loss")
     hidden_gradient_scale: float = knob(0.5, "gradient scale on the hidden state entering the dynamics")
+    reanalyse_fraction: float = knob(
+        0.0,
+        "Reanalyse: the share of each batch's windows whose policy targets come from a fresh search with the "
+        "target parameters (one batched search over their K + 1 positions) instead of the stored ones",
+        minimum=0.0,
+        maximum=1.0,
+        sweepable=False,
+    )
+    reanalyse_value: bool = knob(
+        False, "Reanalyse: also bootstrap those windows' value targets from a fresh search's value"
+    )
+    consistency_coef: float = knob(
+        0.0,
+        "weight of EfficientZero's consistency loss (1 - cosine between a projection of the dynamics' state at "
+        "step k and the stop-gradient projection of observation k's representation); 0: none, and no projection",
+        minimum=0.0,
+        sweepable=False,
+    )
+    projection_size: int = knob(128, "consistency loss: width of the projection (SimSiam) heads", minimum=2)
     torso: str = knob("auto", "mlp, resnet, or auto (mlp for vectors, resnet for images)")
     embedding_size: int = knob(64, "MLP: hidden-state size", minimum=1)
     hidden_sizes: tuple[int, ...] = knob((64, 64), "MLP: layer sizes of each function")
@@ -104,9 +134,11 @@ class MuZeroAgent(NamedTuple):
 
 def _check(config: MuZeroConfig) -> None:
     check_knobs(config)
-    for name in ("learning_rate", "max_grad_norm", "support_max"):
+    for name in ("learning_rate", "max_grad_norm", "support_max", "q_floor"):
         if not is_traced(getattr(config, name)) and getattr(config, name) <= 0:
             raise ValueError(f"{flag_name(name)} must be positive, got {getattr(config, name)}")
+    if config.reanalyse_value and not config.reanalyse_fraction:
+        raise ValueError("--reanalyse-value re-searches Reanalyse's windows: it needs --reanalyse-fraction above 0")
 
 
 def value_transform(config: MuZeroConfig) -> rlax.TxPair:
@@ -114,31 +146,43 @@ def value_transform(config: MuZeroConfig) -> rlax.TxPair:
     return rlax.muzero_pair(-config.support_max, config.support_max, config.support_bins, rlax.SIGNED_HYPERBOLIC_PAIR)
 
 
-def n_step_targets(reward, discount, valid, values, gamma: float, n: int) -> jax.Array:
-    """n-step value targets for the first ``W - n`` positions of windows of ``W`` steps.
+def n_step_returns(reward, discount, valid, gamma: float, n: int) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """The n-step returns of the first ``W - n`` positions of windows of ``W`` steps, before bootstrapping.
 
     Args:
       reward, discount: ``[..., W - 1]`` of the transitions out of positions ``0..W-2``.
       valid: ``[..., W]``; False where a position ended an episode by truncation
         (its transition is an auto-reset), so the return bootstraps there and stops.
-      values: ``[..., W]`` bootstrap values (the target network's).
 
     Returns:
-      ``[..., W - n]``: ``sum_i gamma^i (prod d) r + gamma^m (prod d) V[k + m]`` with
-      ``m = min(n, steps to the first truncation)``; termination zeroes what follows.
+      ``(partial, position, scale)``, each ``[..., W - n]``: the return from position ``k`` is
+      ``partial[k] + scale[k] * V[position[k]]``, where ``partial`` sums ``gamma^i (prod d) r`` over
+      ``m = min(n, steps to the first truncation)`` rewards, ``position = k + m`` (int32) and ``scale =
+      gamma^m (prod d)``; termination zeroes what follows it. One bootstrap position per return, so only those
+      values need computing.
     """
-    count = values.shape[-1] - n
-    total = jnp.zeros(values.shape[:-1] + (count,), values.dtype)
-    scale = jnp.ones_like(total)
-    running = jnp.ones_like(total)
+    count = valid.shape[-1] - n
+    partial = jnp.zeros(valid.shape[:-1] + (count,), reward.dtype)
+    scale = jnp.ones_like(partial)
+    running = jnp.ones_like(partial)
+    offset, bootstrap_scale = jnp.zeros_like(partial), jnp.zeros_like(partial)
     for i in range(n):
         ahead = slice(i, i + count)
-        total += running * scale * reward[..., ahead]
+        partial += running * scale * reward[..., ahead]
         scale = scale * gamma * discount[..., ahead]
         ends_here = running * (1.0 - valid[..., i + 1 : i + 1 + count])
-        total += ends_here * scale * values[..., i + 1 : i + 1 + count]
+        offset += ends_here * (i + 1)
+        bootstrap_scale += ends_here * scale
         running = running - ends_here
-    return total + running * scale * values[..., n : n + count]
+    offset += running * n
+    bootstrap_scale += running * scale
+    return partial, jnp.arange(count) + offset.astype(jnp.int32), bootstrap_scale
+
+
+def n_step_targets(reward, discount, valid, values, gamma: float, n: int) -> jax.Array:
+    """:func:`n_step_returns` bootstrapped from ``values [..., W]``: ``[..., W - n]``."""
+    partial, position, scale = n_step_returns(reward, discount, valid, gamma, n)
+    return partial + scale * jnp.take_along_axis(values, position, axis=-1)
 
 
 def unroll_masks(discount, valid, unroll_steps: int) -> tuple[jax.Array, jax.Array]:
@@ -178,8 +222,11 @@ def muzero_loss(
     tx: rlax.TxPair,
     value_coef: float,
     reward_coef: float,
+    *,
+    consistency: jax.Array | None = None,
+    consistency_coef: float = 0.0,
 ) -> tuple[jax.Array, dict]:
-    """MuZero's loss over a K-step unroll: policy, value and reward cross-entropies.
+    """MuZero's loss over a K-step unroll: policy, value and reward cross-entropies (and a consistency term).
 
     Args:
       policy_logits: ``[b, K + 1, A]`` from the prediction function at the root and each unrolled step.
@@ -187,13 +234,15 @@ def muzero_loss(
       reward_logits: ``[b, K, bins]`` from the dynamics function.
       targets: what they are trained towards; scalar values and rewards become
         two-hot distributions with ``tx``.
+      consistency: ``[b, K]`` per-step consistency losses (:func:`consistency_loss`), 0 where there is
+        nothing to compare (after termination); None: no consistency term.
 
     Returns:
-      ``(loss, metrics)``: each cross-entropy counts 1 at the root and 1/K at each
+      ``(loss, metrics)``: each term counts 1 at the root and 1/K at each
       unrolled step, times the window's importance weight, summed over the unroll
       and averaged over the windows (and over every replica, see
       :func:`podracer.parallel.masked_mean`) where ``targets.inside``;
-      ``loss = policy + value_coef * value + reward_coef * reward``.
+      ``loss = policy + value_coef * value + reward_coef * reward (+ consistency_coef * consistency)``.
     """
     k = reward_logits.shape[1]
     chex.assert_rank([policy_logits, value_logits, reward_logits], 3)
@@ -203,19 +252,45 @@ def muzero_loss(
     def cross_entropy(target_probs, logits):
         return -jnp.sum(target_probs * jax.nn.log_softmax(logits), axis=-1)
 
+    def after_the_root(per_unrolled_step):  # [b, K] -> [b, K + 1]: nothing at the root
+        return jnp.pad(per_unrolled_step, ((0, 0), (1, 0)))
+
+    terms = [
+        cross_entropy(targets.policy, policy_logits),
+        cross_entropy(tx.apply(targets.value), value_logits),
+        after_the_root(cross_entropy(tx.apply(targets.reward), reward_logits)),
+    ]
+    if consistency is not None:
+        chex.assert_equal_shape([consistency, targets.reward])
+        terms.append(after_the_root(consistency))
     scale = jnp.concatenate([jnp.ones((1,)), jnp.full((k,), 1.0 / k)])
-    reward_ce = jnp.pad(cross_entropy(tx.apply(targets.reward), reward_logits), ((0, 0), (1, 0)))  # none at the root
-    per_step = jnp.stack(
-        [  # [b, K + 1, 3]
-            cross_entropy(targets.policy, policy_logits),
-            cross_entropy(tx.apply(targets.value), value_logits),
-            reward_ce,
-        ],
-        -1,
-    ) * (scale[:, None] * targets.weight[:, None, None])
+    per_step = jnp.stack(terms, -1) * (scale[:, None] * targets.weight[:, None, None])  # [b, K + 1, terms]
     means = masked_mean(per_step, targets.inside > 0) * (k + 1)  # one reduction; a sum over the unroll
     total = means[0] + value_coef * means[1] + reward_coef * means[2]
-    return total, {"policy_loss": means[0], "value_loss": means[1], "reward_loss": means[2]}
+    metrics = {"policy_loss": means[0], "value_loss": means[1], "reward_loss": means[2]}
+    if consistency is not None:
+        total += consistency_coef * means[3]
+        metrics["consistency_loss"] = means[3]
+    return total, metrics
+
+
+def consistency_loss(predicted: jax.Array, target: jax.Array) -> jax.Array:
+    """EfficientZero's (SimSiam's) consistency loss, ``1 - cosine(predicted, target)`` over the last axis.
+
+    Args:
+      predicted: ``[..., P]`` the online branch (a dynamics state, projected and predicted).
+      target: ``[..., P]`` the target branch (the next observation's representation, projected); the caller
+        stops its gradient.
+
+    Returns:
+      ``[...]`` in ``[0, 2]``; 0 where the two point the same way.
+    """
+    chex.assert_equal_shape([predicted, target])
+
+    def unit(x):
+        return x / jnp.sqrt(jnp.sum(jnp.square(x), axis=-1, keepdims=True) + 1e-12)
+
+    return 1.0 - jnp.sum(unit(predicted) * unit(target), axis=-1)
 
 
 class Model(NamedTuple):
@@ -248,17 +323,21 @@ class Model(NamedTuple):
 
 
 def make_network(config: MuZeroConfig, spec: EnvSpec) -> nn.Module:
-    """MuZero's MLP for vector observations, its ResNet for images (``--torso``)."""
+    """MuZero's MLP for vector observations, its ResNet for images (``--torso``); with a consistency loss, with
+    the projection heads it compares."""
     if not spec.discrete:
         raise ValueError(
             f"MuZero searches over a discrete action set; this environment's actions are continuous "
             f"({spec.actions.shape[0]}-dimensional): use --agent ppo or impala"
         )
     torso = config.torso if config.torso != "auto" else ("resnet" if spec.images else "mlp")
+    projection = config.projection_size if config.consistency_coef > 0 else 0
     if torso == "mlp":
-        return MuZeroMLP(spec.num_actions, config.support_bins, config.embedding_size, tuple(config.hidden_sizes))
+        return MuZeroMLP(
+            spec.num_actions, config.support_bins, config.embedding_size, tuple(config.hidden_sizes), projection
+        )
     if torso == "resnet":
-        return MuZeroResNet(spec.num_actions, config.support_bins, tuple(config.resnet_channels))
+        return MuZeroResNet(spec.num_actions, config.support_bins, tuple(config.resnet_channels), 2, projection)
     raise ValueError(f"--torso must be mlp, resnet or auto for MuZero, got {config.torso!r}")
 
 
@@ -275,6 +354,7 @@ def make_search(config: MuZeroConfig, model: Model) -> Callable[..., mctx.Policy
                 model.recurrent,
                 config.num_simulations,
                 invalid_actions,
+                qtransform=functools.partial(mctx.qtransform_completed_by_mix_value, epsilon=config.q_floor),
                 max_num_considered_actions=config.max_considered_actions,
             )
         return mctx.muzero_policy(
@@ -284,6 +364,7 @@ def make_search(config: MuZeroConfig, model: Model) -> Callable[..., mctx.Policy
             model.recurrent,
             config.num_simulations,
             invalid_actions,
+            qtransform=functools.partial(mctx.qtransform_by_parent_and_siblings, epsilon=config.q_floor),
             dirichlet_fraction=config.dirichlet_fraction,
             dirichlet_alpha=config.dirichlet_alpha,
             temperature=config.temperature,
@@ -307,12 +388,12 @@ def example_trajectory(spec: EnvSpec, shape: BatchShape) -> Trajectory:
     )
 
 
-def unroll(config: MuZeroConfig, model: Model, params, sample) -> tuple[jax.Array, jax.Array, jax.Array]:
+def unroll(config: MuZeroConfig, model: Model, params, sample) -> tuple[jax.Array, ...]:
     """The model unrolled ``K`` steps from each window's first observation along its actions: policy and value
-    logits ``[b, K + 1, ...]``, reward logits ``[b, K, ...]``."""
+    logits ``[b, K + 1, ...]``, reward logits ``[b, K, ...]`` and the dynamics' hidden states ``[b, K, ...]``."""
     network, k = model.network, config.unroll_steps
     state = model.apply(params, network.represent, jax.tree.map(lambda x: x[:, 0], sample.obs))
-    policy_logits, value_logits, reward_logits = [], [], []
+    policy_logits, value_logits, reward_logits, states = [], [], [], []
     for step in range(k + 1):
         logits, value = model.apply(params, network.predict, state)
         policy_logits.append(logits)
@@ -321,36 +402,99 @@ def unroll(config: MuZeroConfig, model: Model, params, sample) -> tuple[jax.Arra
             hidden = _scale_gradient(state, config.hidden_gradient_scale)
             state, reward = model.apply(params, network.dynamics, hidden, sample.action[:, step])
             reward_logits.append(reward)
-    return jnp.stack(policy_logits, 1), jnp.stack(value_logits, 1), jnp.stack(reward_logits, 1)
+            states.append(state)
+    return tuple(jnp.stack(x, 1) for x in (policy_logits, value_logits, reward_logits, states))
 
 
-def make_loss(config: MuZeroConfig, model: Model, num_actions: int) -> Callable:
-    """``loss(params, target_params, sample) -> (total, (new priorities [b], metrics))``: this replica's loss over
-    ``[b]`` sampled windows of ``K + n + 1`` steps."""
+def _flat(tree):
+    """``[b, m, ...] -> [b * m, ...]`` on every leaf."""
+    return jax.tree.map(lambda x: x.reshape((-1, *x.shape[2:])), tree)
+
+
+def reanalysed_windows(config: MuZeroConfig, batch: int) -> int:
+    """How many of a replica's ``batch`` sampled windows Reanalyse re-searches (at least one where it is on)."""
+    if config.reanalyse_fraction <= 0:
+        return 0
+    return max(1, round(config.reanalyse_fraction * batch))
+
+
+def make_targets(config: MuZeroConfig, model: Model, search: Callable, num_actions: int) -> Callable:
+    """``targets(target_params, sample, key) -> (UnrollTargets, alive [b, K + 1], metrics)`` for ``[b]`` sampled
+    windows of ``K + n + 1`` steps, all computed with the target parameters and without gradients.
+
+    Value targets bootstrap from the target network's value at the one position each return needs (or, for
+    Reanalyse's windows with ``reanalyse_value``, from a fresh search's value there); the first
+    :func:`reanalysed_windows` windows (a uniform draw, as sampling is) take their policy targets from a fresh
+    search over their ``K + 1`` positions, in one batched search call.
+    """
     k, n = config.unroll_steps, config.td_steps
-    window = k + n + 1
+    uniform = jnp.full((num_actions,), 1.0 / num_actions)
 
-    def loss(params, target_params, sample):
+    def targets(target_params, sample, key):
         batch = sample.action.shape[0]
-        flat_obs = jax.tree.map(lambda x: x.reshape((-1, *x.shape[2:])), sample.obs)
-        bootstrap = jax.lax.stop_gradient(model.root(target_params, flat_obs).value.reshape(batch, window))
-        value_target = n_step_targets(
-            sample.reward[:, :-1], sample.discount[:, :-1], sample.valid, bootstrap, config.gamma, n
+        fresh = reanalysed_windows(config, batch)
+        policy_key, value_key = jax.random.split(key)
+        partial, position, scale = n_step_returns(
+            sample.reward[:, :-1], sample.discount[:, :-1], sample.valid, config.gamma, n
         )  # [b, K + 1]
+        bootstrap_obs = jax.tree.map(lambda x: x[jnp.arange(batch)[:, None], position], sample.obs)
+        bootstrap = model.root(target_params, _flat(bootstrap_obs)).value.reshape(batch, k + 1)
+        if fresh and config.reanalyse_value:
+            roots = _flat(jax.tree.map(lambda x: x[:fresh], bootstrap_obs))
+            searched = search(target_params, roots, value_key).search_tree.summary().value
+            bootstrap = bootstrap.at[:fresh].set(searched.reshape(fresh, k + 1))
         alive, inside = unroll_masks(sample.discount, sample.valid, k)
-        value_target = value_target * alive
-        reward_target = sample.reward[:, :k] * alive[:, :k]
-        uniform = jnp.full((num_actions,), 1.0 / num_actions)
-        policy_target = jnp.where(alive[..., None] > 0, sample.extras["search_policy"][:, : k + 1], uniform)
-
-        policy_logits, value_logits, reward_logits = unroll(config, model, params, sample)
-        targets = UnrollTargets(policy_target, value_target, reward_target, inside, sample.weight)
-        total, metrics = muzero_loss(
-            policy_logits, value_logits, reward_logits, targets, model.tx, config.value_coef, config.reward_coef
+        policy = sample.extras["search_policy"][:, : k + 1]
+        metrics = {}
+        if fresh:
+            roots = _flat(jax.tree.map(lambda x: x[:fresh, : k + 1], sample.obs))
+            new = search(target_params, roots, policy_key).action_weights.reshape(fresh, k + 1, num_actions)
+            compared = (alive * inside)[:fresh] > 0
+            metrics["reanalyse_kl"] = masked_mean(_kl(policy[:fresh], new), compared)
+            policy = policy.at[:fresh].set(new)
+        policy = jnp.where(alive[..., None] > 0, policy, uniform)
+        metrics["policy_target_entropy"] = masked_mean(-jnp.sum(policy * jnp.log(policy + 1e-12), -1), inside > 0)
+        unroll_targets = UnrollTargets(
+            policy, (partial + scale * bootstrap) * alive, sample.reward[:, :k] * alive[:, :k], inside, sample.weight
         )
-        predicted = model.tx.apply_inv(jax.nn.softmax(value_logits[:, 0]))
-        metrics["value_target"] = jnp.mean(value_target[:, 0])
-        return total, (jax.lax.stop_gradient(jnp.abs(predicted - value_target[:, 0])), metrics)
+        return jax.lax.stop_gradient((unroll_targets, alive, metrics))
+
+    return targets
+
+
+def _kl(p: jax.Array, q: jax.Array) -> jax.Array:
+    """``KL(p || q)`` over the last axis of two probability arrays."""
+    return jnp.sum(p * (jnp.log(p + 1e-12) - jnp.log(q + 1e-12)), axis=-1)
+
+
+def make_loss(config: MuZeroConfig, model: Model) -> Callable:
+    """``loss(params, sample, targets, alive) -> (total, (new priorities [b], metrics))``: this replica's loss over
+    ``[b]`` sampled windows, towards :func:`make_targets`' targets."""
+    network, k = model.network, config.unroll_steps
+
+    def loss(params, sample, targets: UnrollTargets, alive):
+        policy_logits, value_logits, reward_logits, states = unroll(config, model, params, sample)
+        consistency = None
+        if config.consistency_coef > 0:
+            observed = _flat(jax.tree.map(lambda x: x[:, 1 : k + 1], sample.obs))
+            target = model.apply(params, network.project, model.apply(params, network.represent, observed))
+            predicted = model.apply(params, network.project_and_predict, _flat(states))
+            per_step = consistency_loss(predicted, jax.lax.stop_gradient(target)).reshape(alive[:, 1:].shape)
+            consistency = per_step * alive[:, 1:]  # nothing to compare once the episode terminated
+        total, metrics = muzero_loss(
+            policy_logits,
+            value_logits,
+            reward_logits,
+            targets,
+            model.tx,
+            config.value_coef,
+            config.reward_coef,
+            consistency=consistency,
+            consistency_coef=config.consistency_coef,
+        )
+        predicted_value = model.tx.apply_inv(jax.nn.softmax(value_logits[:, 0]))
+        metrics["value_target"] = jnp.mean(targets.value[:, 0])
+        return total, (jax.lax.stop_gradient(jnp.abs(predicted_value - targets.value[:, 0])), metrics)
 
     return loss
 
@@ -368,9 +512,12 @@ def _gradient_steps(config: MuZeroConfig, traj: Trajectory) -> tuple[int, int]:
     return max(1, round(config.replay_ratio * new_steps / config.batch_size)), config.batch_size // replicas
 
 
-def make_learn(config: MuZeroConfig, loss: Callable, optimizer: optax.GradientTransformation) -> Callable:
+def make_learn(
+    config: MuZeroConfig, targets: Callable, loss: Callable, optimizer: optax.GradientTransformation
+) -> Callable:
     """``learn(state, traj, key)``: adds ``traj`` to this replica's replay, then takes gradient steps on sampled
-    windows once the replay holds ``--min-replay-steps`` (at least one window); until then the state is kept."""
+    windows (:func:`make_targets`, then :func:`make_loss`) once the replay holds ``--min-replay-steps`` (at least
+    one window); until then the state is kept."""
     window = config.unroll_steps + config.td_steps + 1
     min_steps = max(config.min_replay_steps, window)
     alpha = config.priority_alpha if config.prioritized else 0.0
@@ -389,8 +536,13 @@ def make_learn(config: MuZeroConfig, loss: Callable, optimizer: optax.GradientTr
 
         def sgd_step(carry, key):
             params, target, opt_state, replay, steps = carry
-            sample = replay_sample(replay, key, per_replica, window, alpha, config.priority_beta)
-            (total, (priority, metrics)), grads = jax.value_and_grad(loss, has_aux=True)(params, target, sample)
+            sample_key, target_key = jax.random.split(key)
+            sample = replay_sample(replay, sample_key, per_replica, window, alpha, config.priority_beta)
+            unroll_targets, alive, target_metrics = targets(target, sample, target_key)
+            (total, (priority, metrics)), grads = jax.value_and_grad(loss, has_aux=True)(
+                params, sample, unroll_targets, alive
+            )
+            metrics = {**metrics, **target_metrics, "sample_age": jnp.mean(replay.position - sample.start)}
             grads = mean_over_replicas(grads)
             updates, new_opt = optimizer.update(grads, opt_state, params)
             new_params = optax.apply_updates(params, updates)
@@ -442,5 +594,7 @@ def make_muzero(config: MuZeroConfig, spec: EnvSpec, shape: BatchShape = BatchSh
         """The action the search weighs most (its improved policy's mode)."""
         return jnp.argmax(search(params, obs, key).action_weights, axis=-1).astype(jnp.int32), core
 
-    learn = make_learn(config, make_loss(config, model, spec.num_actions), optimizer)
+    learn = make_learn(
+        config, make_targets(config, model, search, spec.num_actions), make_loss(config, model), optimizer
+    )
     return MuZeroAgent(init, lambda state: state.params, act, learn, act_greedy, no_core, search)
