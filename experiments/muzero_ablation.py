@@ -15,6 +15,7 @@ Finished runs are reused (``--runs``); the section goes into docs/results.md (``
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import os
 import subprocess
 import sys
@@ -110,19 +111,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=bench_process.positive_int, default=300_000, help="env steps per run")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--runs", default="runs/muzero_ablation", help="where the runs are kept (reused)")
+    parser.add_argument(
+        "--jobs", type=bench_process.positive_int, default=2, help="runs at a time (2 on 2 cores: 1.24x one)"
+    )
     parser.add_argument("--out", default="docs/results.md", help="markdown file for the section ('' for none)")
     args = parser.parse_args(argv)
     chosen = [BY_NAME[name] for name in args.only] if args.only else list(VARIANTS)
     game = args.env.split(":")[-1]
     scores: dict[str, list[Score]] = {}
-    for variant in chosen:
-        for seed in args.seeds:
-            flags = ["--preset", "minatar_muzero", "--env", args.env, "--total-env-steps", str(args.steps)]
-            flags += ["--eval-every", str(args.steps), "--seed", str(seed), *variant.flags]
-            run = os.path.join(args.runs, f"{game.lower()}-{variant.name}-seed{seed}")
-            got = score(train(flags, run), args.steps)
-            scores.setdefault(variant.name, []).append(got)
-            print(f"{variant.name} seed {seed}: {got}", flush=True)
+
+    def one(variant: Variant, seed: int) -> Score:
+        flags = ["--preset", "minatar_muzero", "--env", args.env, "--total-env-steps", str(args.steps)]
+        flags += ["--eval-every", str(args.steps), "--seed", str(seed), *variant.flags]
+        got = score(train(flags, os.path.join(args.runs, f"{game.lower()}-{variant.name}-seed{seed}")), args.steps)
+        print(f"{variant.name} seed {seed}: {got}", flush=True)
+        return got
+
+    with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
+        runs = {(v.name, seed): pool.submit(one, v, seed) for v in chosen for seed in args.seeds}
+        for (name, _), future in runs.items():
+            scores.setdefault(name, []).append(future.result())
     # the section shows every variant with finished runs of this budget, also those run by an earlier call
     for variant in VARIANTS:
         if variant.name not in scores:
@@ -142,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
         f"the mean of the last {FINAL_WINDOWS} log windows (at the end, and at half the budget); evaluation: "
         "the greedy policy at the end (8 episodes). Entropy: the policy targets' (ln 3 = 1.10 is uniform); KL: "
         "of the stored targets from Reanalyse's fresh ones; age: the sampled windows' age in env steps per env. "
-        "Steps/s: this host, 2 CPU cores, alone.",
+        f"Steps/s: this host, 2 CPU cores shared by {args.jobs} run(s) at a time (compare rows, not with other tables).",
         "",
         "| variant | flags | changes from | what changes | training return | at half | evaluation | effect on "
         "the training return | target entropy | KL stored/fresh | window age | steps/s |",
