@@ -1,11 +1,16 @@
-"""MuZero throughput: search simulations/s over batch sizes and simulation counts, and Sebulba end to end.
+"""MuZero throughput: search simulations/s over batch sizes and simulation counts, Sebulba end to end, and
+Anakin's learning per env step (``--learning``).
 
-    python experiments/benchmark_muzero.py           # rewrites its section of docs/benchmarks.md
+    python experiments/benchmark_muzero.py              # rewrites its section of docs/benchmarks.md
     python experiments/benchmark_muzero.py --quick
+    python experiments/benchmark_muzero.py --learning   # the replay-ratio x Reanalyse table (its own section)
 
 The search runs jitted on one device (the first); simulations/s = batch x
 simulations / seconds per search call, after compilation. The end-to-end runs
 are complete Sebulba runs (search on the actor device, learning on another).
+``--learning`` runs ``minatar_muzero`` on Breakout-MinAtar with Anakin on one
+device at 4, 16 and 32 sampled windows per env step, with and without Reanalyse,
+each for ``LEARNING_STEPS / replay ratio`` env steps (compile timed apart).
 Each measurement prints one ``BENCH {...}`` JSON line.
 """
 
@@ -66,6 +71,67 @@ def _sebulba(env_id: str, envs_per_thread: int, simulations: int, updates: int, 
     }
 
 
+LEARNING_STEPS = 200_000  # env steps x replay ratio per --learning row: about the same learner work in each
+LEARNING_ROWS = [(4, 0.0), (4, 1.0), (16, 0.0), (16, 0.25), (16, 1.0), (32, 0.0), (32, 0.25), (32, 1.0)]
+
+
+def _learning(replay_ratio: float, reanalyse_fraction: float, steps: int) -> dict:
+    from podracer.agents import MuZeroConfig
+    from podracer.anakin import AnakinConfig
+    from podracer.anakin.run import train
+    from podracer.cli.presets import ANAKIN_PRESETS
+
+    preset = ANAKIN_PRESETS["minatar_muzero"]
+    agent_config = MuZeroConfig(
+        **{**preset["agent_config"], "replay_ratio": replay_ratio, "reanalyse_fraction": reanalyse_fraction}
+    )
+    config = AnakinConfig(**{**preset["anakin"], "total_env_steps": steps, "log_interval": steps, "num_devices": 1})
+    result = train("muzero", agent_config, preset["env"], config, quiet=True, evaluation=bench_process.NO_EVALUATION)
+    sps = result.env_steps / result.train_seconds
+    gradient_steps_per_s = sps * replay_ratio / agent_config.batch_size
+    return {
+        "sps": sps,
+        "gradient_steps_per_s": gradient_steps_per_s,
+        "ms_per_gradient_step": 1e3 / gradient_steps_per_s,
+        "compile_s": result.compile_seconds,
+        "batch_size": agent_config.batch_size,
+    }
+
+
+def learning_report(accelerator: bool) -> list[str]:
+    """The ``--learning`` section: Anakin MuZero's steps/s at each (replay ratio, Reanalyse fraction)."""
+    rows = [
+        measure(
+            "learning",
+            devices=None if accelerator else 1,
+            replay_ratio=rr,
+            reanalyse_fraction=fraction,
+            steps=LEARNING_STEPS // rr,
+        )
+        for rr, fraction in LEARNING_ROWS
+    ]
+    lines = [
+        bench_process.heading("MuZero learning per env step", accelerator),
+        "",
+        f"`python experiments/benchmark_muzero.py --learning{' --accelerator' * accelerator}`: Anakin "
+        "`minatar_muzero` (Breakout-MinAtar, 16 envs x 16 steps, 16 simulations, batch",
+        f"{rows[0]['batch_size']}) on one device, {LEARNING_STEPS:,} / (replay ratio) env steps per row after "
+        "compiling. Gradient steps = env steps x replay ratio / batch; ms",
+        "per gradient step is the whole loop's time (acting included) over them. Reanalyse searches the sampled "
+        "windows' K + 1 = 6 positions with the target network.",
+        "",
+        "| windows per env step | Reanalyse fraction | env steps/s | gradient steps/s | ms per gradient step | "
+        "compile s |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['replay_ratio']:g} | {r['reanalyse_fraction']:g} | {r['sps']:,.0f} | "
+            f"{r['gradient_steps_per_s']:,.1f} | {r['ms_per_gradient_step']:.1f} | {r['compile_s']:.0f} |"
+        )
+    return lines
+
+
 def measure(kind: str, devices: int | None = 2, **spec) -> dict:
     return bench_process.measure(__file__, kind, devices, **spec)
 
@@ -98,11 +164,14 @@ def accelerator_plan() -> tuple[list[dict], list[dict]]:
 
 def main() -> None:
     parser = bench_process.parser(__doc__)
+    parser.add_argument("--learning", action="store_true", help="only the replay-ratio x Reanalyse table")
     args = parser.parse_args()
     if args.accelerator and not args.worker:
         bench_process.refuse_cpu_only_host(parser)
     if args.worker:
-        return bench_process.serve(args.worker, {"search": _search, "sebulba": _sebulba})
+        return bench_process.serve(args.worker, {"search": _search, "sebulba": _sebulba, "learning": _learning})
+    if args.learning:
+        return bench_process.report(learning_report(args.accelerator), args.out)
     search_plan, run_plan = accelerator_plan() if args.accelerator else cpu_plan(args.quick)
     searches = [measure("search", **spec) for spec in search_plan]
     runs = [measure("sebulba", **spec) for spec in run_plan]

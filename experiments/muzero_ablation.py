@@ -35,10 +35,10 @@ class Variant(NamedTuple):
     change: str  # what differs from its base, in words
 
 
-RR16 = ("--replay-ratio", "16")
+RR16 = ("--replay-ratio", "16")  # the preset's since 2026-12-08
 VARIANTS = (
-    Variant("preset", (), None, "the preset as it was: 4 sampled windows per new env step"),
-    Variant("rr16", RR16, "preset", "16 windows per env step (4x the gradient steps)"),
+    Variant("rr4", ("--replay-ratio", "4"), None, "4 sampled windows per new env step: the preset until 2026-12-08"),
+    Variant("rr16", RR16, "rr4", "16 windows per env step (4x the gradient steps): the preset"),
     Variant("rr32", ("--replay-ratio", "32"), "rr16", "32 windows per env step"),
     Variant("rr16-reanalyse", (*RR16, "--reanalyse-fraction", "1"), "rr16", "Reanalyse every window's policy"),
     Variant("rr16-reanalyse-0.25", (*RR16, "--reanalyse-fraction", "0.25"), "rr16", "Reanalyse a quarter"),

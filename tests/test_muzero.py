@@ -183,21 +183,22 @@ def test_prioritised_sampling_follows_priorities_and_reweights():
 
 
 @pytest.mark.slow
-def test_sebulba_muzero_reaches_300_on_envpool_cartpole_within_250k_steps():
-    """The cartpole_muzero preset, in throughput mode (not bit-reproducible). Measured, mean return of the last
-    3 of 20 log windows: seeds 0/1/2 end at 477/433/476 and first pass 300 at 75k/138k/75k steps: 1.8x the
-    budget the slowest seed needs (with threefry actor keys: 471/463/480, passing 300 at 75k/88k/50k)."""
+def test_sebulba_muzero_reaches_400_on_envpool_cartpole_within_100k_steps():
+    """The cartpole_muzero preset (16 sampled windows per new step), in throughput mode (not bit-reproducible).
+    Measured (2026-12-08, 2 CPU cores), mean return of the last 3 of 20 log windows: seeds 0/1/2 end at 487/500/478
+    and first pass 300 at 31k/31k/26k steps; single windows dip to 280-320 at times, which the bar's margin of 78
+    below the lowest seed covers once in a seed's last 3 windows."""
     from podracer.sebulba import SebulbaConfig
     from podracer.sebulba import train as sebulba_train
 
     preset = SEBULBA_PRESETS["cartpole_muzero"]["fit"](8, 2)
     config = SebulbaConfig(**preset["sebulba"], actor_devices="0", learner_devices="1", seed=0)
-    assert config.total_env_steps == 250_000  # the budget this test states
+    assert config.total_env_steps == 100_000  # the budget this test states
     result = sebulba_train(
         "muzero", MuZeroConfig(**preset["agent_config"]), "CartPole-v1", config, quiet=True, evaluation=NO_EVALUATION
     )
     returns = [r["episode_return"] for r in result.records if r["episode_return"] is not None]
-    assert np.mean(returns[-3:]) >= 300, returns
+    assert np.mean(returns[-3:]) >= 400, returns
 
 
 def _brute_force_n_step(reward, discount, valid, values, gamma, n):

@@ -125,17 +125,17 @@ ANAKIN_PRESETS: dict[str, dict] = {
     },
     "minatar_muzero": {
         "about": "MuZero (Gumbel search, 16 simulations) on gymnax's MinAtar games (default Breakout), an MLP model "
-        "of 128 units, 4 sampled windows per new step; 1M steps, beside PPO at equal env steps (docs/results.md; "
-        "--replay-ratio 16 learns faster per env step for 4x the learner's work)",
+        "of 128 units, 16 sampled windows per new step; 500k steps, beside PPO and IMPALA at equal env steps "
+        "(docs/results.md, and its ablations)",
         "agent": "muzero",
         "env": "gymnax:Breakout-MinAtar",
-        "anakin": {"num_envs": 16, "rollout_len": 16, "total_env_steps": 1_000_000},
+        "anakin": {"num_envs": 16, "rollout_len": 16, "total_env_steps": 500_000},
         "agent_config": {
             "torso": "mlp",
             "hidden_sizes": (128, 128),
             "embedding_size": 128,
             "num_simulations": 16,
-            "replay_ratio": 4.0,
+            "replay_ratio": 16.0,
         },
     },
     "memory_ppo": {
@@ -250,19 +250,19 @@ SEBULBA_PRESETS: dict[str, dict] = {
         "fit": _atari_impala,
     },
     "cartpole_muzero": {
-        "about": "MuZero on envpool's CartPole-v1, search on the actor device, replay sharded over the learners, 250k "
-        "steps (docs/results.md)",
+        "about": "MuZero on envpool's CartPole-v1, search on the actor device, replay sharded over the learners, 16 "
+        "sampled windows per new step; 100k steps (docs/results.md)",
         "agent": "muzero",
         "env": "CartPole-v1",
         "fit": _fixed(
-            {"actor_threads": 1, "envs_per_thread": 16, "rollout_len": 16, "total_env_steps": 250_000},
+            {"actor_threads": 1, "envs_per_thread": 16, "rollout_len": 16, "total_env_steps": 100_000},
             {
                 "num_simulations": 16,
                 "td_steps": 5,
                 "replay_capacity": 1000,
                 "batch_size": 64,
-                "replay_ratio": 2.0,
-                "learning_rate": 3e-3,
+                "replay_ratio": 16.0,
+                "learning_rate": 1e-3,
             },
         ),
     },
