@@ -200,21 +200,13 @@ SUITES: dict[str, Suite] = {
         "row gives PPO the MinAtar paper's network (learning rate 1e-3; otherwise PureJaxRL's settings): at 2M "
         "steps, seed 0, it reached 9.4 where the MLP's three seeds average 2.5, but on 2 CPU cores it runs about "
         "7,500 steps/s where the MLP runs over 100,000. MuZero (`minatar_muzero`: Gumbel search with 16 simulations "
-        "over a learnt MLP model of 128 units, 4 sampled windows per new step) runs 1M steps on Breakout, its curve "
-        "in the Breakout figure beside PPO's at equal env steps (its third panel: the first 1M steps); no published "
-        "MuZero figure on gymnax's MinAtar is known to us, so each MuZero row's reference is PPO's training return "
-        "on this page at the row's budget. On 2 CPU cores it trains about 2,200 steps/s. With 4 windows per "
-        "step it learns more slowly than PPO per env step and levels off near 7-8 from 500k steps (training return "
-        "4.5 at 300k steps where PPO is at 11.5): it is short of gradient steps, not of data. The `rr16` row takes "
-        "16 windows per new step (`--replay-ratio 16`: 4x the gradient steps; about 330 steps/s here, so its "
-        "budget is the first 300k steps, where PPO learns fastest). One seed of it to 1M steps (`podracer anakin "
-        "--preset minatar_muzero --replay-ratio 16 --total-env-steps 1000000 --eval-every 250000`, 763 steps/s "
-        "alone on the 2 cores, 2026-12-06) reached a training return of 16.5 (last log window) and a greedy "
-        "evaluation of 18.0 (8 episodes) at 1M steps, where the preset's seed 0 is at 7.3 and PPO's three seeds at "
-        "18.3 [15.5, 20.5] (training): with 16 windows MuZero about matches PPO per env step, it does not beat it. "
-        "In the first 300k steps the `rr16` curve is above PPO's at 100k and 200k steps (5.8 and 8.0 against 1.5 and "
-        "6.6) and below it at 300k (9.8 against 11.5); PPO's points average 100k-step log windows and MuZero's "
-        "6k-step ones, which favours MuZero early.",
+        "over a learnt MLP model of 128 units, 16 sampled windows per new env step) runs 500k steps on Breakout and "
+        "Asterix, its curves in those games' figures beside PPO's and IMPALA's at equal env steps; no published "
+        "MuZero figure on gymnax's MinAtar is known to us, so each MuZero row's reference is the best model-free "
+        "training return on this page at 492k steps. How its settings were chosen is in the MuZero ablations below. "
+        "Until 2026-12-08 the preset took 4 windows per step and 1M steps: on Breakout its 3 seeds reached 8.4 "
+        "[6.8, 11.2] at 1M steps (4.5 at 300k), and with `--replay-ratio 16` 9.5 [9.1, 10.4] at 300k, where PPO is "
+        "at 11.5 (the two rows these replace).",
         entries=tuple(
             Entry(
                 "anakin",
