@@ -8,6 +8,7 @@
 # (accelerator-sized batches on the host's own devices, about 8 minutes in all as planned; not yet timed on
 # a device). Their tables go into docs/benchmarks.md under headings of their own ("... on an accelerator"),
 # beside the CPU tables, and the whole log to device_check.log (or $OUT/device_check.log where OUT is set);
+# then MuZero on Pong-v5 as the results page runs it (at most $MUZERO_MINUTES minutes, default 4), and
 # then one table of the headline figures (Anakin at 4,096 envs, training and environment alone; Sebulba's
 # IMPALA on Breakout-v5 beside Cleanba's per-GPU figure) to device_check.md (experiments/device_summary.py).
 set -euo pipefail
@@ -32,6 +33,12 @@ for bench in anakin sebulba muzero; do
     python "experiments/benchmark_$bench.py" --accelerator 2>&1 | tee -a "$log"
     echo "device_check: benchmark_$bench took $((SECONDS - start)) s so far" | tee -a "$log"
 done
+# MuZero on Atari as the results page runs it (the atari suite's sebulba-muzero-pong-v5), bounded in time:
+# --max-minutes stops it resumably, and its row goes into docs/results.md (copied to $OUT) once it finished.
+echo "device_check: results --suite atari --only sebulba-muzero-pong-v5 (at most ${MUZERO_MINUTES:-4} minutes)" | tee -a "$log"
+python experiments/results.py --suite atari --only sebulba-muzero-pong-v5 --max-minutes "${MUZERO_MINUTES:-4}" 2>&1 \
+    | tee -a "$log" || echo "device_check: the MuZero Atari run failed (see above)" | tee -a "$log"
+if [ -n "${OUT:-}" ]; then cp docs/results.md "$OUT/"; fi
 summary="${OUT:-.}/device_check.md"
 echo "device_check: the headline table ($summary)" | tee -a "$log"
 if [ -n "${OUT:-}" ]; then cp docs/benchmarks.md "$OUT/"; fi

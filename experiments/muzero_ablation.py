@@ -35,11 +35,12 @@ class Variant(NamedTuple):
     change: str  # what differs from its base, in words
 
 
-RR16 = ("--replay-ratio", "16")  # the preset's since 2026-12-08
+# Each variant names every setting the ablations change, so a later preset leaves its runs' meaning alone.
+RR16 = ("--replay-ratio", "16", "--value-coef", "0.25")  # the preset's base until 2026-12-08
 VARIANTS = (
-    Variant("rr4", ("--replay-ratio", "4"), None, "4 sampled windows per new env step: the preset until 2026-12-08"),
-    Variant("rr16", RR16, "rr4", "16 windows per env step (4x the gradient steps): the preset"),
-    Variant("rr32", ("--replay-ratio", "32"), "rr16", "32 windows per env step"),
+    Variant("rr4", ("--replay-ratio", "4", "--value-coef", "0.25"), None, "4 sampled windows per new env step"),
+    Variant("rr16", RR16, "rr4", "16 windows per env step (4x the gradient steps)"),
+    Variant("rr32", (*RR16, "--replay-ratio", "32"), "rr16", "32 windows per env step"),
     Variant("rr16-reanalyse", (*RR16, "--reanalyse-fraction", "1"), "rr16", "Reanalyse every window's policy"),
     Variant("rr16-reanalyse-0.25", (*RR16, "--reanalyse-fraction", "0.25"), "rr16", "Reanalyse a quarter"),
     Variant(
@@ -50,7 +51,9 @@ VARIANTS = (
     ),
     Variant("rr16-consistency", (*RR16, "--consistency-coef", "2"), "rr16", "consistency loss, weight 2"),
     Variant("rr16-qfloor", (*RR16, "--q-floor", "0.1"), "rr16", "Q normalisation with a floor of 0.1"),
-    Variant("rr16-value1", (*RR16, "--value-coef", "1"), "rr16", "value weight 1 (not 0.25)"),
+    Variant(
+        "rr16-value1", (*RR16, "--value-coef", "1"), "rr16", "value weight 1 (not 0.25): the preset since 2026-12-08"
+    ),
     Variant("rr16-td5", (*RR16, "--td-steps", "5"), "rr16", "n = 5 (not 10)"),
     Variant("rr16-prioritized", (*RR16, "--prioritized"), "rr16", "prioritised replay"),
 )
@@ -98,6 +101,12 @@ def score(records: list[dict], steps: int) -> Score:
         last("sample_age"),
         trained[-1]["env_steps"] / seconds if trained else float("nan"),
     )
+
+
+def _own_flags(variant: Variant) -> tuple[str, ...]:
+    """The flags a variant adds to the base of the rr16 family (all of them for the family's base)."""
+    on_rr16 = variant.flags[: len(RR16)] == RR16 and len(variant.flags) > len(RR16)
+    return variant.flags[len(RR16) :] if on_rr16 else variant.flags
 
 
 def _number(x: float, digits: int = 1) -> str:
@@ -164,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
         if variant.base in scores:
             effect = f"{final - mean(variant.base, 'final'):+.1f}"
         lines.append(
-            f"| {variant.name} | `{' '.join(variant.flags) or '(none)'}` | {variant.base or '-'} | {variant.change} | "
+            f"| {variant.name} | `{' '.join(_own_flags(variant))}` | {variant.base or '-'} | {variant.change} | "
             f"{_number(final)} | {_number(mean(variant.name, 'half'))} | {_number(mean(variant.name, 'evaluation'))} "
             f"| {effect} | {_number(mean(variant.name, 'entropy'), 2)} | {_number(mean(variant.name, 'kl'), 3)} | "
             f"{_number(mean(variant.name, 'age'), 0)} | {mean(variant.name, 'sps'):,.0f} |"

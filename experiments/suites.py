@@ -340,6 +340,24 @@ SUITES: dict[str, Suite] = {
             _pong_impala("4mb", "--num-minibatches", "4", "--vtrace-lambda", "0.95"),
             # and with it at Cleanba's batch (128 envs x 20, 4 minibatches): the preset's on a host of 8+ cores
             _pong_impala("128envs", "--envs-per-thread", "128", "--num-minibatches", "4", "--vtrace-lambda", "0.95"),
+            # MuZero in the paper's Sebulba style (search on the actor device), as fitted to the host: about an hour
+            # on 2 CPU cores (18 agent steps/s there), minutes on an accelerator (experiments/device_check.sh)
+            Entry(
+                "sebulba",
+                "atari_muzero",
+                "muzero",
+                "Pong-v5",
+                64_000,
+                seeds=1,
+                flags=SEBULBA_CPU,
+                frame_skip=4,
+                evaluations=4,
+                reference=Reference(
+                    -20.4,
+                    "IMPALA (`atari_impala`, lambda 1) on this page, training return at 49k agent steps",
+                    of="training",
+                ),
+            ),
             Entry(
                 "sebulba",
                 "breakout_ppo",

@@ -125,8 +125,8 @@ ANAKIN_PRESETS: dict[str, dict] = {
     },
     "minatar_muzero": {
         "about": "MuZero (Gumbel search, 16 simulations) on gymnax's MinAtar games (default Breakout), an MLP model "
-        "of 128 units, 16 sampled windows per new step; 500k steps, beside PPO and IMPALA at equal env steps "
-        "(docs/results.md, and its ablations)",
+        "of 128 units, 16 sampled windows per new step, value weight 1; 500k steps, beside PPO and IMPALA at equal "
+        "env steps (docs/results.md, and its ablations)",
         "agent": "muzero",
         "env": "gymnax:Breakout-MinAtar",
         "anakin": {"num_envs": 16, "rollout_len": 16, "total_env_steps": 500_000},
@@ -136,6 +136,7 @@ ANAKIN_PRESETS: dict[str, dict] = {
             "embedding_size": 128,
             "num_simulations": 16,
             "replay_ratio": 16.0,
+            "value_coef": 1.0,
         },
     },
     "memory_ppo": {
