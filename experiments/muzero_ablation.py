@@ -2,13 +2,15 @@
 
     python experiments/muzero_ablation.py                       # every variant, seed 0, 300k steps
     python experiments/muzero_ablation.py --only rr16 rr16-reanalyse --seeds 0 1 2
+    python experiments/muzero_ablation.py --report              # the section from the runs already here
 
 Each variant is ``podracer anakin --preset minatar_muzero`` with its flags (see ``VARIANTS``), against the
 variant it changes (its ``base``), at ``--steps`` env steps; Anakin runs are bit-reproducible, so one seed shows
 a setting's effect on that seed's run (not its spread over seeds: ``--seeds`` for that). Scores: the training
 return (the mean of the last 3 log windows, as on the results page), the greedy evaluation at the end, and the
 training return at half the budget; beside them what the run logged about its targets (policy-target entropy,
-the KL of the stored targets from Reanalyse's fresh ones, the sampled windows' age) and its steps/s on this host.
+the KL of the stored targets from Reanalyse's fresh ones, the sampled windows' age); what each costs per
+gradient step is ``experiments/benchmark_muzero.py --learning``'s.
 Finished runs are reused (``--runs``); the section goes into docs/results.md (``--out``).
 """
 
@@ -80,7 +82,6 @@ class Score(NamedTuple):
     entropy: float  # policy targets' entropy, last windows
     kl: float  # Reanalyse: KL(stored || fresh), last windows (nan without Reanalyse)
     age: float  # sampled windows' age in steps per env, last windows
-    sps: float  # env steps per second over the run (after compiling)
 
 
 def score(records: list[dict], steps: int) -> Score:
@@ -91,7 +92,6 @@ def score(records: list[dict], steps: int) -> Score:
         return float(np.mean(values[-FINAL_WINDOWS:])) if values else float("nan")
 
     evals = [r["eval_return"] for r in records if "eval_return" in r]
-    seconds = trained[-1]["time"] if trained else float("nan")
     return Score(
         last("episode_return"),
         last("episode_return", steps // 2),
@@ -99,7 +99,6 @@ def score(records: list[dict], steps: int) -> Score:
         last("policy_target_entropy"),
         last("reanalyse_kl"),
         last("sample_age"),
-        trained[-1]["env_steps"] / seconds if trained else float("nan"),
     )
 
 
@@ -107,6 +106,21 @@ def _own_flags(variant: Variant) -> tuple[str, ...]:
     """The flags a variant adds to the base of the rr16 family (all of them for the family's base)."""
     on_rr16 = variant.flags[: len(RR16)] == RR16 and len(variant.flags) > len(RR16)
     return variant.flags[len(RR16) :] if on_rr16 else variant.flags
+
+
+def _stopped_row(variant: Variant, reached: int, args: argparse.Namespace, game: str) -> str:
+    """The table row of a variant whose first seed's run stopped at ``reached`` env steps."""
+
+    def at(name: str) -> Score:
+        return score(read_metrics(os.path.join(args.runs, f"{game.lower()}-{name}-seed{args.seeds[0]}")), reached)
+
+    got = at(variant.name)
+    effect = f"{got.final - at(variant.base).final:+.1f} at {reached // 1000}k" if variant.base else "-"
+    return (
+        f"| {variant.name} | `{' '.join(_own_flags(variant))}` | {variant.base or '-'} | {variant.change} | "
+        f"{_number(got.final)} (stopped at {reached // 1000}k, seed {args.seeds[0]}) | - | - | {effect} | "
+        f"{_number(got.entropy, 2)} | {_number(got.kl, 3)} | {_number(got.age, 0)} |"
+    )
 
 
 def _number(x: float, digits: int = 1) -> str:
@@ -124,8 +138,11 @@ def main(argv: list[str] | None = None) -> int:
         "--jobs", type=bench_process.positive_int, default=2, help="runs at a time (2 on 2 cores: 1.24x one)"
     )
     parser.add_argument("--out", default="docs/results.md", help="markdown file for the section ('' for none)")
+    parser.add_argument(
+        "--report", action="store_true", help="train nothing: the section from the runs already in --runs"
+    )
     args = parser.parse_args(argv)
-    chosen = [BY_NAME[name] for name in args.only] if args.only else list(VARIANTS)
+    chosen = [] if args.report else [BY_NAME[name] for name in args.only] if args.only else list(VARIANTS)
     game = args.env.split(":")[-1]
     scores: dict[str, list[Score]] = {}
 
@@ -140,12 +157,16 @@ def main(argv: list[str] | None = None) -> int:
         runs = {(v.name, seed): pool.submit(one, v, seed) for v in chosen for seed in args.seeds}
         for (name, _), future in runs.items():
             scores.setdefault(name, []).append(future.result())
-    # the section shows every variant with finished runs of this budget, also those run by an earlier call
+    # the section shows every variant with finished runs of this budget, also those run by an earlier call, and
+    # runs stopped before the budget where they stopped
+    stopped: dict[str, int] = {}  # variant: the env steps its (first seed's) run reached
     for variant in VARIANTS:
         if variant.name not in scores:
             runs = [os.path.join(args.runs, f"{game.lower()}-{variant.name}-seed{s}") for s in args.seeds]
             if all(os.path.exists(os.path.join(r, "done")) for r in runs):
                 scores[variant.name] = [score(read_metrics(r), args.steps) for r in runs]
+            elif os.path.exists(os.path.join(runs[0], "metrics.jsonl")) and read_metrics(runs[0]):
+                stopped[variant.name] = read_metrics(runs[0])[-1]["env_steps"]
 
     def mean(name: str, field: str) -> float:
         return float(np.mean([getattr(s, field) for s in scores[name]]))
@@ -159,13 +180,17 @@ def main(argv: list[str] | None = None) -> int:
         f"the mean of the last {FINAL_WINDOWS} log windows (at the end, and at half the budget); evaluation: "
         "the greedy policy at the end (8 episodes). Entropy: the policy targets' (ln 3 = 1.10 is uniform); KL: "
         "of the stored targets from Reanalyse's fresh ones; age: the sampled windows' age in env steps per env. "
-        f"Steps/s: this host, 2 CPU cores shared by {args.jobs} run(s) at a time (compare rows, not with other tables).",
+        "A run stopped before the budget (to free the cores) shows its training return where it stopped, its "
+        "effect against its base's at the same step. What each setting costs per gradient step is in "
+        "[benchmarks](benchmarks.md#muzero-learning-per-env-step).",
         "",
         "| variant | flags | changes from | what changes | training return | at half | evaluation | effect on "
-        "the training return | target entropy | KL stored/fresh | window age | steps/s |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "the training return | target entropy | KL stored/fresh | window age |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for variant in VARIANTS:
+        if variant.name in stopped:
+            lines.append(_stopped_row(variant, stopped[variant.name], args, game))
         if variant.name not in scores:
             continue
         final = mean(variant.name, "final")
@@ -176,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
             f"| {variant.name} | `{' '.join(_own_flags(variant))}` | {variant.base or '-'} | {variant.change} | "
             f"{_number(final)} | {_number(mean(variant.name, 'half'))} | {_number(mean(variant.name, 'evaluation'))} "
             f"| {effect} | {_number(mean(variant.name, 'entropy'), 2)} | {_number(mean(variant.name, 'kl'), 3)} | "
-            f"{_number(mean(variant.name, 'age'), 0)} | {mean(variant.name, 'sps'):,.0f} |"
+            f"{_number(mean(variant.name, 'age'), 0)} |"
         )
     bench_process.report(lines, args.out)
     return 0
