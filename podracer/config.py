@@ -86,6 +86,15 @@ def check_update_count(num_updates: int, steps_per_update: int) -> None:
         )
 
 
+def even_windows(num_updates: int, interval_updates: float) -> int:
+    """Updates per log window: about ``interval_updates``, evened out so every window holds as many.
+
+    A short last window (say 1 update after 1953) would often end no episode.
+    """
+    per_window = min(num_updates, max(1, round(interval_updates)))
+    return -(-num_updates // -(-num_updates // per_window))
+
+
 def is_traced(value: Any) -> bool:
     """Whether a knob's ``value`` is a JAX tracer rather than a Python value: a ``--sweep`` member's setting
     inside the compiled program (:mod:`podracer.anakin.sweep`), whose concrete values were checked before."""

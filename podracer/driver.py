@@ -127,15 +127,6 @@ def saved_options(options: RunOptions) -> dict:
     return {"checkpoint": dataclasses.asdict(options.checkpoint), "evaluation": dataclasses.asdict(options.evaluation)}
 
 
-def even_windows(num_updates: int, interval_updates: float) -> int:
-    """Updates per log window: about ``interval_updates``, evened out so every window holds as many.
-
-    A short last window (say 1 update after 1953) would often end no episode.
-    """
-    per_window = min(num_updates, max(1, round(interval_updates)))
-    return -(-num_updates // -(-num_updates // per_window))
-
-
 def episode_means(stats: StepStats) -> dict[str, Any]:
     """Mean episode return and length over the seeds; per seed, min and max with several seeds."""
     episodes = stats.episodes

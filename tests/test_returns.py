@@ -87,7 +87,7 @@ def test_vtrace_matches_its_definition_with_cuts():
     rho = np.exp(np.random.default_rng(3).normal(scale=0.5, size=reward.shape)).astype(np.float32)
     valid = np.ones_like(reward, bool)
     valid[5, 1] = False
-    out = vtrace(reward, discount, valid, values, rho, GAMMA, 1.0, 1.0, 1.0)
+    out = vtrace(reward, discount, valid, values, rho, gamma=GAMMA, vtrace_lambda=1.0, clip_rho=1.0, clip_pg_rho=1.0)
     for b in range(2):
         vs, pg_adv = _vtrace_by_definition(
             reward[:, b], discount[:, b], valid[:, b], values[:, b], rho[:, b], GAMMA, 1.0, 1.0
@@ -99,7 +99,17 @@ def test_vtrace_matches_its_definition_with_cuts():
 def test_vtrace_equals_rlax_without_cuts():
     reward, discount, values = _random_batch(4)
     rho = np.exp(np.random.default_rng(5).normal(scale=0.5, size=reward.shape)).astype(np.float32)
-    out = vtrace(reward, discount, np.ones_like(reward, bool), values, rho, GAMMA, 1.0, 1.0, 1.0)
+    out = vtrace(
+        reward,
+        discount,
+        np.ones_like(reward, bool),
+        values,
+        rho,
+        gamma=GAMMA,
+        vtrace_lambda=1.0,
+        clip_rho=1.0,
+        clip_pg_rho=1.0,
+    )
     for b in range(reward.shape[1]):
         ref = rlax.vtrace_td_error_and_advantage(
             values[:-1, b], values[1:, b], reward[:, b], GAMMA * discount[:, b], rho[:, b], jnp.float32(1.0)

@@ -8,6 +8,7 @@ import math
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+import chex
 import jax
 import jax.flatten_util
 import jax.numpy as jnp
@@ -28,7 +29,7 @@ from podracer.agents.normalization import RunningMoments
 from podracer.agents.policies import CategoricalPolicy, GaussianConfig, GaussianPolicy, make_policy
 from podracer.agents.sgd import UNROLL_CHOICES
 from podracer.config import INT32_MAX, check_knobs, flag_name, is_traced, knob
-from podracer.parallel import mean_over_replicas
+from podracer.parallel import masked_mean, mean_over_replicas
 from podracer.types import EnvSpec, Params, Trajectory, episode_restarts, no_core, reset_core
 
 OPTIMIZERS = ("adam", "rmsprop")
@@ -308,6 +309,22 @@ def time_major(fn):
         return jax.tree.map(lambda a: a.reshape((*leading, *a.shape[1:])), fn(flat))
 
     return apply
+
+
+def actor_critic_objective(
+    terms: NamedTuple, valid: jax.Array, *, value_coef: float, entropy_coef: float
+) -> tuple[jax.Array, dict]:
+    """The loss and metrics of per-step loss ``terms`` (a NamedTuple of equal-shape arrays with ``policy_loss``,
+    ``value_loss`` and ``entropy`` among its fields), averaged where ``valid`` over the global batch.
+
+    The one cross-replica reduction of PPO's and IMPALA's losses (their loss functions reduce nothing), done in
+    one stacked masked mean: on XLA:CPU each separate reduction is a kernel launch. Returns ``(policy_loss +
+    value_coef * value_loss - entropy_coef * entropy, {field: mean})``.
+    """
+    chex.assert_equal_shape([*terms, valid])
+    means = type(terms)(*masked_mean(jnp.stack(terms, axis=-1), valid))
+    loss = means.policy_loss + value_coef * means.value_loss - entropy_coef * means.entropy
+    return loss, means._asdict()
 
 
 def gradient_step(loss_fn, optimizer: optax.GradientTransformation, state: LearnerState, batch):

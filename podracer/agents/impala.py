@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import NamedTuple
 
 import chex
 import jax
@@ -19,7 +20,6 @@ from podracer.agents.actor_critic import ActorCriticConfig, LearnerState
 from podracer.agents.returns import vtrace
 from podracer.agents.sgd import random_permutation, resolve_unroll
 from podracer.config import knob
-from podracer.parallel import masked_mean
 from podracer.types import Agent, BatchShape, EnvSpec, Trajectory
 
 
@@ -46,41 +46,58 @@ class ImpalaConfig(ActorCriticConfig):
     )
 
 
+class VTraceTerms(NamedTuple):
+    """IMPALA's per-step loss terms, each ``[T, B]``; :func:`podracer.agents.actor_critic.actor_critic_objective`
+    averages and weighs them."""
+
+    policy_loss: jax.Array  # -log pi(a|x) x the V-trace policy-gradient advantage
+    value_loss: jax.Array  # 0.5 (v_s - V(x_s))^2
+    entropy: jax.Array
+    mean_rho: jax.Array  # the importance ratio pi / mu (averaged: its mean)
+
+
 def vtrace_loss(
-    log_prob: jax.Array, entropy: jax.Array, values: jax.Array, traj: Trajectory, config: ImpalaConfig
-) -> tuple[jax.Array, dict]:
-    """This replica's IMPALA loss.
+    log_prob: jax.Array,
+    entropy: jax.Array,
+    values: jax.Array,
+    behaviour_log_prob: jax.Array,
+    reward: jax.Array,
+    discount: jax.Array,
+    valid: jax.Array,
+    *,
+    gamma: float,
+    vtrace_lambda: float,
+    clip_rho: float,
+    clip_pg_rho: float,
+) -> VTraceTerms:
+    """IMPALA's V-trace policy-gradient, value and entropy terms, per step (nothing reduced, no collective).
 
     Args:
       log_prob, entropy: ``[T, B]`` the taken actions' log-probabilities and the entropies under the current policy.
       values: ``[T + 1, B]`` current values (``values[T]`` bootstraps).
-      traj: the trajectory; ``traj.extras["log_prob"]`` is the behaviour log-probability.
+      behaviour_log_prob: ``[T, B]`` the actors' log-probabilities of the taken actions.
+      reward, discount, valid: ``[T, B]`` as in :class:`podracer.types.Trajectory`.
     """
     chex.assert_rank(log_prob, 2)
-    chex.assert_equal_shape([log_prob, entropy, traj.reward, traj.valid, traj.extras["log_prob"]])
-    rho = jnp.exp(jax.lax.stop_gradient(log_prob) - traj.extras["log_prob"])
+    chex.assert_equal_shape([log_prob, entropy, behaviour_log_prob, reward, discount, valid, values[1:]])
+    rho = jnp.exp(jax.lax.stop_gradient(log_prob) - behaviour_log_prob)
     out = vtrace(
-        traj.reward,
-        traj.discount,
-        traj.valid,
+        reward,
+        discount,
+        valid,
         values,
         rho,
-        config.gamma,
-        config.vtrace_lambda,
-        config.clip_rho,
-        config.clip_pg_rho,
+        gamma=gamma,
+        vtrace_lambda=vtrace_lambda,
+        clip_rho=clip_rho,
+        clip_pg_rho=clip_pg_rho,
     )
-    policy_loss = masked_mean(-log_prob * jax.lax.stop_gradient(out.pg_advantage), traj.valid)
-    value_loss = 0.5 * masked_mean(jnp.square(out.errors), traj.valid)
-    entropy = masked_mean(entropy, traj.valid)
-    loss = policy_loss + config.value_coef * value_loss - config.entropy_coef * entropy
-    metrics = {
-        "policy_loss": policy_loss,
-        "value_loss": value_loss,
-        "entropy": entropy,
-        "mean_rho": masked_mean(rho, traj.valid),
-    }
-    return loss, metrics
+    return VTraceTerms(
+        policy_loss=-log_prob * jax.lax.stop_gradient(out.pg_advantage),
+        value_loss=0.5 * jnp.square(out.errors),
+        entropy=entropy,
+        mean_rho=rho,
+    )
 
 
 DEFAULT_MINIBATCHES = 4  # Cleanba's IMPALA; one step per batch learnt CartPole to ~200 where 4 reach 500
@@ -106,7 +123,22 @@ def make_impala(config: ImpalaConfig, spec: EnvSpec, shape: BatchShape = BatchSh
         policy_out, values = actor_critic.sequence_outputs(parts, params, traj.obs, traj)
         policy_out = jax.tree.map(lambda x: x[:-1], policy_out)
         log_prob, entropy = policy.log_prob_and_entropy(policy_out, traj.action, traj.extras)
-        loss, metrics = vtrace_loss(log_prob, entropy, values, traj, config)
+        terms = vtrace_loss(
+            log_prob,
+            entropy,
+            values,
+            traj.extras["log_prob"],
+            traj.reward,
+            traj.discount,
+            traj.valid,
+            gamma=config.gamma,
+            vtrace_lambda=config.vtrace_lambda,
+            clip_rho=config.clip_rho,
+            clip_pg_rho=config.clip_pg_rho,
+        )
+        loss, metrics = actor_critic.actor_critic_objective(
+            terms, traj.valid, value_coef=config.value_coef, entropy_coef=config.entropy_coef
+        )
         return (loss * log_prob.size if config.summed_loss else loss), metrics
 
     def learn(state: LearnerState, traj: Trajectory, key: jax.Array):

@@ -8,6 +8,7 @@ environments, never along time) and the network replays each from the core its a
 from __future__ import annotations
 
 import dataclasses
+from typing import NamedTuple
 
 import chex
 import jax
@@ -19,7 +20,7 @@ from podracer.agents.networks import ActorCritic
 from podracer.agents.returns import generalized_advantages
 from podracer.agents.sgd import resolve_unroll, shuffled_minibatches
 from podracer.config import check_knobs, knob
-from podracer.parallel import global_masked_moments, masked_mean
+from podracer.parallel import global_masked_moments
 from podracer.types import Agent, BatchShape, EnvSpec, Trajectory
 
 
@@ -33,6 +34,17 @@ class PPOConfig(ActorCriticConfig):
     normalize_advantages: bool = knob(True, "normalise advantages per minibatch (over all devices)")
 
 
+class PPOTerms(NamedTuple):
+    """PPO's per-step loss terms, each ``[N]``; :func:`podracer.agents.actor_critic.actor_critic_objective`
+    averages and weighs them."""
+
+    policy_loss: jax.Array  # -min(ratio * A, clip(ratio) * A)
+    value_loss: jax.Array  # 0.5 (V - target)^2, clipped around the behaviour value where asked
+    entropy: jax.Array
+    approx_kl: jax.Array  # (ratio - 1) - log ratio, no gradient
+    clip_fraction: jax.Array  # 1 where the ratio left [1 - eps, 1 + eps]
+
+
 def ppo_loss(
     log_prob: jax.Array,
     entropy: jax.Array,
@@ -41,41 +53,56 @@ def ppo_loss(
     behaviour_value: jax.Array,
     advantage: jax.Array,
     target: jax.Array,
-    valid: jax.Array,
-    config: PPOConfig,
-) -> tuple[jax.Array, dict]:
-    """This replica's PPO loss on a minibatch of ``N`` transitions.
+    *,
+    clip_eps: float,
+    clip_value: bool = True,
+) -> PPOTerms:
+    """PPO's clipped-surrogate, value and entropy terms of ``N`` transitions, per step (nothing reduced, no
+    collective: the caller averages them, normalises the advantages beforehand if it wants them normalised).
 
     Args:
       log_prob, entropy: ``[N]`` the taken actions' log-probabilities and the entropies under the current policy.
       values: ``[N]`` current value estimates.
-      behaviour_log_prob, behaviour_value, advantage, target: ``[N]``.
-      valid: ``[N]`` bool; invalid (auto-reset) transitions contribute nothing.
+      behaviour_log_prob, behaviour_value: ``[N]`` the actors' log-probabilities and values.
+      advantage, target: ``[N]`` the advantages and value targets.
+      clip_eps: the ratio's clipping epsilon (also the value's, with ``clip_value``).
     """
     chex.assert_rank(log_prob, 1)
-    chex.assert_equal_shape([log_prob, entropy, values, behaviour_log_prob, behaviour_value, advantage, target, valid])
-    if config.normalize_advantages:
-        mean, var = global_masked_moments(advantage, valid)
-        advantage = (advantage - mean) / (jnp.sqrt(var) + 1e-8)
+    chex.assert_equal_shape([log_prob, entropy, values, behaviour_log_prob, behaviour_value, advantage, target])
     log_ratio = log_prob - behaviour_log_prob
     ratio = jnp.exp(log_ratio)
-    clipped_ratio = jnp.clip(ratio, 1.0 - config.clip_eps, 1.0 + config.clip_eps)
+    clipped_ratio = jnp.clip(ratio, 1.0 - clip_eps, 1.0 + clip_eps)
     value_error = jnp.square(values - target)
-    if config.clip_value:
-        clipped = behaviour_value + jnp.clip(values - behaviour_value, -config.clip_eps, config.clip_eps)
+    if clip_value:
+        clipped = behaviour_value + jnp.clip(values - behaviour_value, -clip_eps, clip_eps)
         value_error = jnp.maximum(value_error, jnp.square(clipped - target))
-    per_step = {
-        "policy_loss": -jnp.minimum(ratio * advantage, clipped_ratio * advantage),
-        "value_loss": 0.5 * value_error,
-        "entropy": entropy,
-        "approx_kl": jax.lax.stop_gradient((ratio - 1.0) - log_ratio),
-        "clip_fraction": (jnp.abs(ratio - 1.0) > config.clip_eps).astype(jnp.float32),
-    }
-    # One reduction for all of them: on XLA:CPU each separate reduction is a kernel launch.
-    means = masked_mean(jnp.stack(list(per_step.values()), axis=-1), valid)
-    metrics = dict(zip(per_step, means))
-    loss = metrics["policy_loss"] + config.value_coef * metrics["value_loss"] - config.entropy_coef * metrics["entropy"]
-    return loss, metrics
+    return PPOTerms(
+        policy_loss=-jnp.minimum(ratio * advantage, clipped_ratio * advantage),
+        value_loss=0.5 * value_error,
+        entropy=entropy,
+        approx_kl=jax.lax.stop_gradient((ratio - 1.0) - log_ratio),
+        clip_fraction=(jnp.abs(ratio - 1.0) > clip_eps).astype(jnp.float32),
+    )
+
+
+def normalized_advantages(advantage: jax.Array, valid: jax.Array) -> jax.Array:
+    """``advantage`` standardised by its mean and deviation where ``valid`` over the global batch (a
+    cross-replica reduction)."""
+    mean, var = global_masked_moments(advantage, valid)
+    return (advantage - mean) / (jnp.sqrt(var) + 1e-8)
+
+
+class PPOBatch(NamedTuple):
+    """What each PPO minibatch holds: ``[N, ...]`` transitions, or ``[T, N, ...]`` sequences with a core."""
+
+    obs: jax.Array
+    action: jax.Array
+    extras: dict  # the actors' extras: "log_prob", the recurrent cores, ...
+    value: jax.Array  # behaviour values
+    advantage: jax.Array
+    target: jax.Array
+    valid: jax.Array
+    discount: jax.Array | None = None  # sequences only: where episodes restart inside them
 
 
 def _check_minibatches(config: PPOConfig, rollout_len: int, num_envs: int) -> None:
@@ -121,24 +148,28 @@ def make_ppo(config: PPOConfig, spec: EnvSpec, shape: BatchShape = BatchShape())
     # values); with two torsos the critic's would double the actors' work, so the learner computes them.
     acting_values = config.shared_torso and not parts.recurrent
 
-    def minibatch_loss(params, mb):
+    def minibatch_loss(params, mb: PPOBatch):
         if parts.recurrent:  # mb: [T, b] sequences of b environments
-            replayed = Trajectory((), (), (), mb["discount"], mb["valid"], mb["extras"])  # the restarts and cores
-            policy_out, values = actor_critic.sequence_outputs(parts, params, mb["obs"], replayed)
+            replayed = Trajectory((), (), (), mb.discount, mb.valid, mb.extras)  # the restarts and cores
+            policy_out, values = actor_critic.sequence_outputs(parts, params, mb.obs, replayed)
             policy_out, values, mb = jax.tree.map(lambda x: x.reshape((-1, *x.shape[2:])), (policy_out, values, mb))
         else:  # mb: [N] transitions
-            policy_out, values = actor_critic.apply_network(parts, params, mb["obs"])
-        log_prob, entropy = policy.log_prob_and_entropy(policy_out, mb["action"], mb["extras"])
-        return ppo_loss(
+            policy_out, values = actor_critic.apply_network(parts, params, mb.obs)
+        log_prob, entropy = policy.log_prob_and_entropy(policy_out, mb.action, mb.extras)
+        advantage = normalized_advantages(mb.advantage, mb.valid) if config.normalize_advantages else mb.advantage
+        terms = ppo_loss(
             log_prob,
             entropy,
             values,
-            mb["extras"]["log_prob"],
-            mb["value"],
-            mb["advantage"],
-            mb["target"],
-            mb["valid"],
-            config,
+            mb.extras["log_prob"],
+            mb.value,
+            advantage,
+            mb.target,
+            clip_eps=config.clip_eps,
+            clip_value=config.clip_value,
+        )
+        return actor_critic.actor_critic_objective(
+            terms, mb.valid, value_coef=config.value_coef, entropy_coef=config.entropy_coef
         )
 
     def sgd_step(state: LearnerState, minibatch):
@@ -151,20 +182,20 @@ def make_ppo(config: PPOConfig, spec: EnvSpec, shape: BatchShape = BatchShape())
         advantage = generalized_advantages(
             traj.reward, traj.discount, traj.valid, values, config.gamma, config.gae_lambda
         )
-        batch = {
-            "obs": traj.obs[:-1],
-            "action": traj.action,
-            "extras": traj.extras,
-            "value": values[:-1],
-            "advantage": advantage,
-            "target": advantage + values[:-1],
-            "valid": traj.valid,
-        }
+        batch = PPOBatch(
+            obs=traj.obs[:-1],
+            action=traj.action,
+            extras=traj.extras,
+            value=values[:-1],
+            advantage=advantage,
+            target=advantage + values[:-1],
+            valid=traj.valid,
+        )
         if parts.recurrent:  # sequences, shuffled along environments
             state, metrics = shuffled_minibatches(
                 sgd_step,
                 state,
-                {**batch, "discount": traj.discount},
+                batch._replace(discount=traj.discount),
                 key,
                 config.num_epochs,
                 config.num_minibatches,

@@ -51,6 +51,7 @@ def vtrace(
     valid: jax.Array,
     values: jax.Array,
     rho: jax.Array,
+    *,
     gamma: float,
     vtrace_lambda: float,
     clip_rho: float,

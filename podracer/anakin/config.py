@@ -6,8 +6,7 @@ import dataclasses
 import math
 from typing import NamedTuple
 
-from podracer.config import STEP_COUNT_MAX, check_knobs, check_update_count, knob
-from podracer.driver import even_windows
+from podracer.config import STEP_COUNT_MAX, check_knobs, check_update_count, even_windows, knob
 
 UPDATE_LOOPS = ("auto", "device", "host")
 

@@ -15,7 +15,7 @@ from podracer.anakin.run import anakin_program, build_agent
 from podracer.anakin.sweep import Sweep
 from podracer.checkpoint import restore_for_reading
 from podracer.driver import Program
-from podracer.runlog import read_saved_run
+from podracer.rundir import read_saved_run
 from podracer.types import Agent
 
 

@@ -28,7 +28,8 @@ class EvalError(ValueError):
 
 
 def _saved_config(run_dir: str) -> dict:
-    from podracer.runlog import CONFIG_FILE, read_run_config
+    from podracer.rundir import read_run_config
+    from podracer.runlog import CONFIG_FILE
 
     try:
         saved = read_run_config(run_dir)

@@ -35,7 +35,8 @@ from podracer.envs.host import HostEnvConfig
 from podracer.errors import NonFiniteLossError
 from podracer.evaluation import EvalConfig
 from podracer.lock import LOCK_FILE
-from podracer.runlog import CONFIG_FILE, read_run_config
+from podracer.rundir import read_run_config
+from podracer.runlog import CONFIG_FILE
 from podracer.sebulba.actor import prefer_synchronous_cpu_dispatch
 from podracer.sebulba.config import SebulbaConfig, topology
 from podracer.sebulba.lifecycle import WorkerFailed

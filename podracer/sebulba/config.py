@@ -9,8 +9,7 @@ from typing import NamedTuple
 
 import jax
 
-from podracer.config import STEP_COUNT_MAX, check_knobs, check_update_count, knob
-from podracer.driver import even_windows
+from podracer.config import STEP_COUNT_MAX, check_knobs, check_update_count, even_windows, knob
 
 SYNC_MODES = ("throughput", "reproducible")
 

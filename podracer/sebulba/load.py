@@ -12,7 +12,7 @@ from podracer.checkpoint import restore_for_reading
 from podracer.config import config_from_saved
 from podracer.envs.host import HostEnvConfig
 from podracer.parallel import device_mesh, first_local_replica, per_device
-from podracer.runlog import read_saved_run
+from podracer.rundir import read_saved_run
 from podracer.sebulba.config import SebulbaConfig, SebulbaGeometry, Topology, geometry, topology
 from podracer.sebulba.run import batch_shape, env_spec, sebulba_fingerprint
 from podracer.types import Agent
