@@ -46,6 +46,23 @@ def _positive(text: str) -> float:
     return value
 
 
+def _verdict(trials: list[tune.Trial], best: tune.Trial) -> str:
+    """What the trials found: the fastest layout against the preset's own, or that no alternative was measured
+    (then nothing was compared, and nothing is claimed)."""
+    measured = [t for t in trials[1:] if t.sps is not None]
+    baseline = trials[0].sps
+    if not measured:
+        why = "; ".join(sorted({t.error for t in trials[1:] if t.error})) or "this host has no other layout to try"
+        ran = f"the preset's own layout ran alone ({baseline:,.0f} steps/s)" if baseline else "nothing ran"
+        return f"fastest: unknown: no alternative layout was measured ({why}); {ran}"
+    flags = " ".join(best.flags) or f"(none: the preset's own layout is the fastest of {len(measured) + 1})"
+    if baseline:
+        gain = f", {best.sps / baseline:.2f}x the preset's {baseline:,.0f}"
+    else:
+        gain = f"; the preset's own layout was not measured ({trials[0].error}), so nothing says how much faster"
+    return f"fastest: {flags}\n{best.sps:,.0f} steps/s{gain}"
+
+
 def run_tune(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="podracer tune",
@@ -108,10 +125,8 @@ def run_tune(argv: list[str]) -> int:
     if best is None:
         print("podracer tune: error: no trial ran to the end; see the lines above", file=sys.stderr)
         return 1
-    flags = " ".join(best.flags) or "(none: the preset's own layout is the fastest)"
     baseline = trials[0].sps
-    gain = f", {best.sps / baseline:.2f}x the preset's {baseline:,.0f}" if baseline else ""
-    print(f"\nfastest: {flags}\n{best.sps:,.0f} steps/s{gain}")
+    print("\n" + _verdict(trials, best))
     if args.save:
         about = (
             f"--preset {name} with the layout podracer tune found fastest on {platform.node()}: {best.sps:,.0f} steps/s"
@@ -120,5 +135,9 @@ def run_tune(argv: list[str]) -> int:
             group = {**group, "agent_config": {}}
         tune.save_preset(args.save, args.architecture, {**preset, "agent": agent, "env": env}, group, best, about)
         print(f"saved: {args.save} (train with: podracer {args.architecture} --preset {args.save})")
-    print(f"TUNE preset={name} fastest_sps={best.sps:.0f} preset_sps={baseline or 0:.0f} flags={' '.join(best.flags)}")
+    measured = sum(t.sps is not None for t in trials[1:])
+    print(
+        f"TUNE preset={name} fastest_sps={best.sps:.0f} preset_sps={baseline or 0:.0f} alternatives={measured} "
+        f"flags={' '.join(best.flags)}"
+    )
     return 0
