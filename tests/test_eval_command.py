@@ -61,9 +61,11 @@ def test_eval_refuses_bad_input_in_one_line(trained_run, tmp_path, capsys):
         ((trained_run, "--video", str(tmp_path / "no" / "such" / "dir" / "v.gif")), "cannot write into"),
         ((trained_run, "--video", str(tmp_path / "v.avi")), "name a .gif or an .mp4"),
         ((trained_run, "--episodes", "0"), "--episodes must be at least 1"),
+        ((trained_run, "--max-steps", "-1"), "--max-steps must be at least 0"),
+        ((trained_run, "--episodes", "2", "--max-steps", "5"), "no episode of 2 ended within --max-steps 5 steps"),
     ]
     for i, (args, message) in enumerate(cases):
-        if i in (0, 4, 5):  # refused before the run is rebuilt: in this process (each start costs seconds)
+        if i in (0, 4, 5, 6):  # refused before the run is rebuilt: in this process (each start costs seconds)
             code, err = main(["eval", *args]), capsys.readouterr().err
         else:
             out = _podracer("eval", *args)

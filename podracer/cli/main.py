@@ -434,7 +434,7 @@ def run_architecture(arch: Architecture, argv: list[str]) -> int:
     print(
         f"RESULT architecture={arch.name} agent={args.agent} env={args.env} env_steps={result.env_steps} "
         f"episode_return={final.get('episode_return')} {rates} compile_s={result.compile_seconds:.1f}"
-        + (f" eval_return={result.evaluation['eval_return']}" if result.evaluation else "")
+        + (f" eval_return={result.evaluation.get('eval_return')}" if result.evaluation else "")
         + (f" stopped_by={stopped_by}" if stopped_by else "")
     )
     return SIGNAL_EXIT_CODES.get(stopped_by, 0)
