@@ -17,6 +17,7 @@ import os
 import sys
 import threading
 
+from podracer.cli.terminal import Parser
 from podracer.evaluation import POLICIES, EvalConfig, describe
 from podracer.sebulba.actor import prefer_synchronous_cpu_dispatch
 
@@ -151,7 +152,7 @@ def write_video(path: str, frames: list) -> None:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="podracer eval",
         description="Evaluate a run's checkpoint with the run's own settings; optionally write a video of it playing.",
     )

@@ -11,6 +11,7 @@ import sys
 from podracer import tune
 from podracer.cli.main import cpu_device_count
 from podracer.cli.presets import ANAKIN_PRESETS, DEFAULT_ANAKIN_PRESET, DEFAULT_SEBULBA_PRESET, SEBULBA_PRESETS
+from podracer.cli.terminal import Parser
 
 PRESETS = {"sebulba": (SEBULBA_PRESETS, DEFAULT_SEBULBA_PRESET), "anakin": (ANAKIN_PRESETS, DEFAULT_ANAKIN_PRESET)}
 
@@ -64,7 +65,7 @@ def _verdict(trials: list[tune.Trial], best: tune.Trial) -> str:
 
 
 def run_tune(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="podracer tune",
         description="Measure a preset's layouts on this host (Sebulba: device split, actor threads, envpool batches; "
         "Anakin: lanes, update loop), each a short run of its own, and print the fastest as flags.",
