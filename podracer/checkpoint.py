@@ -242,8 +242,8 @@ def _check_compatible(meta: dict, step: int, run_dir: str, fingerprint: dict) ->
     differences = _differences(meta["fingerprint"], fingerprint)
     if differences:
         raise IncompatibleCheckpoint(
-            f"{run_dir} was run with a different configuration; resume it unchanged or start a new run:\n  "
-            + "\n  ".join(differences)
+            f"{run_dir} was run with a different configuration; resume it unchanged or start a new run: "
+            + "; ".join(differences)
         )
 
 
@@ -339,7 +339,7 @@ def restore_for_reading(run_dir: str, like: Any, fingerprint: dict, update: int 
     try:
         restored = restore(run_dir, like, fingerprint, update=update, repair=False)
     except (IncompatibleCheckpoint, CheckpointUnreadable) as error:
-        raise RunDirectoryError(str(error).splitlines()[0]) from None
+        raise RunDirectoryError(str(error)) from None
     except ValueError as error:
         raise RunDirectoryError(str(error)) from None
     if restored is None:

@@ -304,6 +304,9 @@ def test_resume_refuses_another_configuration_and_another_format(tmp_path, capsy
     assert main(["anakin", "--resume", run_dir, "--learning-rate", "0.5", "--quiet"]) == 2
     err = capsys.readouterr().err
     assert "different configuration" in err and "learning_rate: 0.001 in the checkpoint, 0.5 now" in err
+    assert len(err.strip().splitlines()) == 1, err  # one line, however many settings differ
+    assert main(["anakin", "--resume", run_dir, "--core", "gru", "--quiet"]) == 2  # a recurrent core is no exception
+    assert "agent_config.core: 'none' in the checkpoint, 'gru' now" in capsys.readouterr().err
 
     (meta,) = glob.glob(os.path.join(run_dir, "checkpoints", "*", "meta", "metadata"))
     saved = json.load(open(meta))
