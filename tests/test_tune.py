@@ -100,7 +100,7 @@ def test_a_saved_preset_reads_back_as_the_layout_it_measured(tmp_path):
     fitted = loaded["fit"](2, 2)
     assert fitted["sebulba"] == {**group["sebulba"], "env_batches": 2}
     assert fitted["agent_config"] == group["agent_config"] and loaded["about"] == "tuned here"
-    with pytest.raises(ValueError, match="not a anakin preset"):
+    with pytest.raises(ValueError, match="not an anakin preset"):
         read_preset_file(path, "anakin")
 
 
