@@ -192,7 +192,8 @@ def fastest(trials: list[Trial]) -> Trial | None:
 
 
 def save_preset(path: str, architecture: str, preset: dict, group: dict, best: Trial, about: str) -> None:
-    """Writes the preset's settings with ``best``'s layout as a preset file (``--preset PATH.json``)."""
+    """Writes the preset's settings with ``best``'s layout as a preset file (``--preset PATH.json``), whole or not
+    at all (OSError)."""
     key = "sebulba" if architecture == "sebulba" else "anakin"
     saved = {
         "architecture": architecture,
@@ -204,8 +205,17 @@ def save_preset(path: str, architecture: str, preset: dict, group: dict, best: T
     }
     if group.get("host_env"):
         saved["host_env"] = group["host_env"]
-    with open(path, "w") as f:
-        json.dump(saved, f, indent=1, default=_jsonable)
+    text = json.dumps(saved, indent=1, default=_jsonable)
+    folder = os.path.dirname(os.path.abspath(path))
+    with tempfile.NamedTemporaryFile("w", dir=folder, prefix=".podracer-tune-", delete=False) as f:
+        try:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        except OSError:
+            os.unlink(f.name)
+            raise
+    os.replace(f.name, path)  # whole or not at all: a full disk leaves no half-written preset
 
 
 def _jsonable(value):

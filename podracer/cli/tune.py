@@ -7,8 +7,10 @@ import os
 import platform
 import subprocess
 import sys
+import tempfile
 
 from podracer import tune
+from podracer.checkpoint import WRITE_FAILED_EXIT
 from podracer.cli.main import cpu_device_count
 from podracer.cli.presets import ANAKIN_PRESETS, DEFAULT_ANAKIN_PRESET, DEFAULT_SEBULBA_PRESET, SEBULBA_PRESETS
 from podracer.cli.terminal import Parser
@@ -45,6 +47,21 @@ def _positive(text: str) -> float:
     if not value > 0:
         raise argparse.ArgumentTypeError(f"must be above 0, got {text}")
     return value
+
+
+def _check_save_path(parser: argparse.ArgumentParser, path: str) -> None:
+    """Refuses, before any trial, a ``--save`` path that cannot take the preset file: minutes of trials must not
+    end in a file that cannot be written."""
+    if not path.endswith(".json"):
+        parser.error("--save takes a path ending in .json")
+    if os.path.isdir(path):
+        parser.error(f"--save {path}: that is a directory")
+    folder = os.path.dirname(os.path.abspath(path))
+    try:
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".podracer-tune-"):
+            pass
+    except OSError as error:
+        parser.error(f"--save {path}: cannot write into {folder} ({error.strerror or error})")
 
 
 def _verdict(trials: list[tune.Trial], best: tune.Trial) -> str:
@@ -95,10 +112,8 @@ def run_tune(argv: list[str]) -> int:
     name = args.preset or choose_preset(args.architecture, args.agent, args.env)
     if name not in presets:
         parser.error(f"--preset {name!r}: {args.architecture} has {', '.join(sorted(presets))}")
-    if args.save and not args.save.endswith(".json"):
-        parser.error("--save takes a path ending in .json")
-    if args.save and not os.access(os.path.dirname(os.path.abspath(args.save)), os.W_OK):
-        parser.error(f"--save {args.save}: cannot write into {os.path.dirname(os.path.abspath(args.save))}")
+    if args.save:
+        _check_save_path(parser, args.save)
     preset = presets[name]
     agent, env = args.agent or preset["agent"], args.env or preset["env"]
     try:
@@ -134,7 +149,13 @@ def run_tune(argv: list[str]) -> int:
         )
         if agent != preset["agent"]:  # the trials ran the agent with its own defaults, not the preset's agent's
             group = {**group, "agent_config": {}}
-        tune.save_preset(args.save, args.architecture, {**preset, "agent": agent, "env": env}, group, best, about)
+        try:
+            tune.save_preset(args.save, args.architecture, {**preset, "agent": agent, "env": env}, group, best, about)
+        except OSError as error:  # checked at the start, so the disk filled or the folder went since
+            print(
+                f"podracer tune: error: could not write --save {args.save} ({error.strerror or error})", file=sys.stderr
+            )
+            return WRITE_FAILED_EXIT
         print(f"saved: {args.save} (train with: podracer {args.architecture} --preset {args.save})")
     measured = sum(t.sps is not None for t in trials[1:])
     print(
