@@ -206,7 +206,7 @@ def read_run_config(run_dir: str) -> dict:
     try:
         with open(path) as f:
             saved = json.load(f)
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as error:
         raise ValueError(f"{path} does not hold a podracer run's settings ({type(error).__name__}: {error})") from None
     check_run_config(saved, path)
     return saved

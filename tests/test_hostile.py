@@ -150,3 +150,42 @@ def test_a_tune_whose_disk_filled_says_so_in_one_line_and_leaves_no_half_file(tm
     err = capsys.readouterr().err
     assert err == f"podracer tune: error: could not write --save {saved} (No space left on device)\n"
     assert os.listdir(tmp_path) == []  # neither the preset nor its temporary file
+
+
+def _lock_as(kind: str, path) -> None:
+    """Puts a ``kind`` where a run directory's lock file goes."""
+    if kind == "a symbolic link":
+        os.symlink(path.parent.parent / "victim.txt", path)
+    elif kind == "a directory":
+        path.mkdir()
+    else:
+        os.mkfifo(path)
+
+
+@pytest.mark.parametrize("kind", ["a symbolic link", "a directory", "a FIFO"])
+def test_a_lock_replaced_by_something_else_is_refused_and_nothing_it_points_to_is_written(kind, tmp_path):
+    from podracer.errors import RunDirectoryError
+    from podracer.lock import LOCK_FILE, hold_run_directory
+
+    victim = tmp_path / "victim.txt"
+    victim.write_text("not podracer's")
+    (tmp_path / "run").mkdir()
+    _lock_as(kind, tmp_path / "run" / LOCK_FILE)
+    expected = "is not a regular file" if kind == "a FIFO" else f"is {kind}"
+    with pytest.raises(RunDirectoryError, match=expected), hold_run_directory(str(tmp_path / "run")):
+        pytest.fail("the lock was taken")
+    assert victim.read_text() == "not podracer's"  # a link was not followed (the run writes its pid into the lock)
+
+
+def test_a_run_refused_for_a_held_lock_does_not_delete_the_directory_of_the_run_that_holds_it(tmp_path):
+    """Two starts 10 ms apart: each saw no run directory, so each counts it as made by itself; the one refused
+    must not remove it while the other, still compiling, holds it with nothing else written there yet."""
+    from podracer.cli.main import _discard_if_unused
+    from podracer.lock import hold_run_directory
+
+    run_dir = str(tmp_path / "run")
+    with hold_run_directory(run_dir):
+        _discard_if_unused(run_dir, made_here=True)
+        assert os.path.isdir(run_dir)
+    _discard_if_unused(run_dir, made_here=True)  # once nobody holds it, the refused run's leftovers go
+    assert not os.path.exists(run_dir)

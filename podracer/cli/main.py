@@ -36,7 +36,7 @@ from podracer.distributed import CoordinatorUnreachable, say_goodbye
 from podracer.envs.host import HostEnvConfig
 from podracer.errors import NonFiniteLossError
 from podracer.evaluation import EvalConfig
-from podracer.lock import LOCK_FILE
+from podracer.lock import LOCK_FILE, held_elsewhere
 from podracer.runlog import CONFIG_FILE, read_run_config
 from podracer.sebulba.actor import prefer_synchronous_cpu_dispatch
 from podracer.sebulba.config import SebulbaConfig, topology
@@ -248,8 +248,10 @@ def _check_writable(run_dir: str, flag: str) -> None:
 
 
 def _discard_if_unused(run_dir: str, made_here: bool) -> None:
-    """Removes the run directory this command made for a run that was refused before it wrote anything."""
-    if made_here and os.path.isdir(run_dir) and set(os.listdir(run_dir)) <= {LOCK_FILE}:
+    """Removes the run directory this command made for a run that was refused before it wrote anything, unless
+    another run holds it now (the same command started twice at once: each saw no directory, and the one refused
+    must not delete the one that goes on)."""
+    if made_here and os.path.isdir(run_dir) and set(os.listdir(run_dir)) <= {LOCK_FILE} and not held_elsewhere(run_dir):
         shutil.rmtree(run_dir, ignore_errors=True)
 
 
