@@ -189,3 +189,48 @@ def test_a_run_refused_for_a_held_lock_does_not_delete_the_directory_of_the_run_
         assert os.path.isdir(run_dir)
     _discard_if_unused(run_dir, made_here=True)  # once nobody holds it, the refused run's leftovers go
     assert not os.path.exists(run_dir)
+
+
+RECORD = {"env_steps": 64, "episode_return": 1.0, "time": 0.5}
+METRICS = {
+    "empty": (b"", "logged no 'episode_return' yet"),
+    "garbage": (b"garbage{{\n", "line 1, its only one, is not a JSON record"),
+    "binary": (bytes(range(128, 256)) * 8, "cannot read it as podracer's records ('utf-8' codec"),
+    "a directory": (None, "cannot read it as podracer's records ([Errno 21] Is a directory"),
+    "not objects": (b"[1, 2]\n", "record 1 is not a JSON object"),
+    "words for numbers": (b'{"env_steps": "a", "episode_return": "b", "time": "c"}\n', "are not all numbers"),
+    "no steps": (b'{"episode_return": 1.0}\n', "its records' env_steps are not all numbers"),
+    "garbage between records": (f"{json.dumps(RECORD)}\nnot json\n{json.dumps(RECORD)}\n".encode(), "line 2 is not"),
+}
+
+
+@pytest.mark.parametrize("aggregate", ["none", "iqm"])
+@pytest.mark.parametrize("case", sorted(METRICS))
+def test_plot_refuses_empty_and_garbage_metrics_in_one_line(case, aggregate, tmp_path, capsys):
+    content, message = METRICS[case]
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    if content is None:
+        (run_dir / "metrics.jsonl").mkdir()
+    else:
+        (run_dir / "metrics.jsonl").write_bytes(content)
+    out = tmp_path / "plot.png"
+    assert message in _refused(["plot", str(run_dir), "--aggregate", aggregate, "--out", str(out)], capsys)
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("out, message", [("missing/plot.png", "No such file"), ("plot.txt", "Format 'txt'")])
+def test_plot_refuses_an_out_it_cannot_write_in_one_line(out, message, tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "metrics.jsonl").write_text(json.dumps(RECORD) + "\n")
+    err = _refused(["plot", str(run_dir), "--out", str(tmp_path / out)], capsys)
+    assert f"--out {tmp_path / out}: cannot write the figure there" in err and message in err
+
+
+def test_plot_of_a_run_being_written_drops_its_torn_last_line_with_a_warning(tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "metrics.jsonl").write_text(json.dumps(RECORD) + '\n{"env_st')
+    assert main(["plot", str(run_dir), "--out", str(tmp_path / "plot.png")]) == 0
+    assert "dropped its torn last line 2" in capsys.readouterr().err and (tmp_path / "plot.png").exists()
