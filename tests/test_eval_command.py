@@ -75,6 +75,22 @@ def test_eval_refuses_bad_input_in_one_line(trained_run, tmp_path, capsys):
     assert json.load(open(os.path.join(trained_run, "config.json")))["env"] == "cartpole"
 
 
+@pytest.mark.slow
+def test_eval_of_a_run_being_written_reads_its_newest_complete_checkpoint_and_touches_nothing(trained_run, tmp_path):
+    """A run writing a checkpoint has an unfinished save folder beside its complete ones: eval reads the newest
+    complete one and leaves the run's folders as they are (the run, not eval, tidies up)."""
+    run_dir = str(tmp_path / "being-written")
+    shutil.copytree(trained_run, run_dir)
+    checkpoints = os.path.join(run_dir, "checkpoints")
+    newest = max(int(name) for name in os.listdir(checkpoints) if name.isdigit())
+    saving = os.path.join(checkpoints, f"{newest + 1}.orbax-checkpoint-tmp"  # as seen beside a run that saves)
+    shutil.copytree(os.path.join(checkpoints, str(newest)), saving)
+    before = sorted(os.listdir(checkpoints))
+    out = _podracer("eval", run_dir, "--episodes", "2")
+    assert out.returncode == 0 and f"update={newest}" in out.stdout, out.stderr[-2000:]
+    assert sorted(os.listdir(checkpoints)) == before
+
+
 def test_pictures_for_videos_of_anakin_environments():
     import jax
 
