@@ -83,7 +83,7 @@ def test_eval_of_a_run_being_written_reads_its_newest_complete_checkpoint_and_to
     shutil.copytree(trained_run, run_dir)
     checkpoints = os.path.join(run_dir, "checkpoints")
     newest = max(int(name) for name in os.listdir(checkpoints) if name.isdigit())
-    saving = os.path.join(checkpoints, f"{newest + 1}.orbax-checkpoint-tmp"  # as seen beside a run that saves)
+    saving = os.path.join(checkpoints, f"{newest + 1}.orbax-checkpoint-tmp")  # as seen beside a run that saves
     shutil.copytree(os.path.join(checkpoints, str(newest)), saving)
     before = sorted(os.listdir(checkpoints))
     out = _podracer("eval", run_dir, "--episodes", "2")
