@@ -34,7 +34,7 @@ import numpy as np
 from podracer.checkpoint import CheckpointConfig, Checkpointer, restore
 from podracer.distributed import agree_on_step
 from podracer.errors import NonFiniteLossError
-from podracer.evaluation import EvalConfig, Evaluator
+from podracer.evaluation import EvalConfig, Evaluator, describe
 from podracer.lock import hold_run_directory
 from podracer.runlog import RunLog, Timer
 from podracer.signals import StopRequested, stop_on_signals
@@ -199,6 +199,7 @@ class _Run:
         # Evaluations fall on whole updates: every ceil(eval_every / steps per update) of them.
         self.eval_updates = -(-evaluation.eval_every // program.steps_per_update) if evaluation.eval_every else 0
         self.final_evaluation = None
+        self.eval_max_steps = evaluation.eval_max_steps
 
     @property
     def seconds(self) -> float:
@@ -347,12 +348,8 @@ def _finish(run: _Run, state, compile_seconds: float, caught: list[str] | None) 
         f"({rate} after a {compile_seconds:.1f}s compile)"
     )
     final = run.final_evaluation
-    if final and final["eval_episodes"]:
-        run.log.message(
-            f"evaluation: return {final['eval_return']:.4g} ± {final['eval_return_stderr']:.2g} (standard "
-            f"error) over {final['eval_episodes']} episodes, min {final['eval_return_min']:.4g}, "
-            f"max {final['eval_return_max']:.4g}"
-        )
+    if final:
+        run.log.message(f"evaluation: {describe(final, run.eval_max_steps)}")
     return RunResult(
         state, run.log.records, compile_seconds, seconds, steps, frames, timings, stopped_by, final, program.num_seeds
     )

@@ -6,8 +6,9 @@ environments of its own (their own seeds, never the training ones) with the
 agent's greedy policy (``Agent.act_greedy``) or its sampling one, and the
 driver adds the result to the next record: ``eval_return`` (the mean over
 episodes and seeds), ``eval_return_stderr``, ``eval_return_min``/``_max``,
-``eval_episodes`` and ``eval_env_steps`` (the env steps the evaluated
-parameters had trained for).
+``eval_episodes`` (those that ended), ``eval_cut_short`` (those still running
+after ``--eval-max-steps`` steps, left out of the score) and ``eval_env_steps``
+(the env steps the evaluated parameters had trained for).
 """
 
 from __future__ import annotations
@@ -34,6 +35,14 @@ class EvalConfig:
     )
     eval_episodes: int = knob(
         8, "episodes per evaluation (per seed); 0: no evaluation, not even the final one", minimum=0
+    )
+    eval_max_steps: int = knob(
+        4_500,
+        "agent steps each evaluation episode may take: one still running then is cut short and left out of the "
+        "score (counted in eval_cut_short); 0: no bound but the environment's own time limit "
+        "(default: DQN's 5 minutes of Atari play)",
+        minimum=0,
+        maximum=STEP_COUNT_MAX,
     )
     eval_policy: str = knob(
         "greedy",
@@ -71,21 +80,44 @@ def policy(agent: Agent, config: EvalConfig) -> Callable:
     return sample
 
 
-def summary(returns: np.ndarray, env_steps: int) -> dict:
-    """Record fields for episode returns ``[seeds, episodes]`` of parameters trained for ``env_steps``."""
+def summary(returns: np.ndarray, env_steps: int, finished: np.ndarray | None = None) -> dict:
+    """Record fields for episode returns ``[seeds, episodes]`` of parameters trained for ``env_steps``; with
+    ``finished`` (same shape), the episodes cut short by ``--eval-max-steps`` are left out and counted in
+    ``eval_cut_short`` (and the per-seed means, no longer over equal counts, are not given)."""
     returns = np.asarray(returns, np.float64)
+    cut_short = 0
+    if finished is not None and not np.all(finished):
+        finished = np.asarray(finished, bool)
+        cut_short, returns = int((~finished).sum()), returns[finished].reshape(1, -1)
     flat = returns.ravel()
+    if not flat.size:
+        return {"eval_episodes": 0, "eval_cut_short": cut_short, "eval_env_steps": int(env_steps)}
     fields = {
         "eval_return": float(flat.mean()),
         "eval_return_stderr": float(flat.std(ddof=1) / np.sqrt(flat.size)) if flat.size > 1 else 0.0,
         "eval_return_min": float(flat.min()),
         "eval_return_max": float(flat.max()),
         "eval_episodes": int(flat.size),
+        "eval_cut_short": cut_short,
         "eval_env_steps": int(env_steps),
     }
     if returns.shape[0] > 1:
         fields["eval_return_per_seed"] = returns.mean(axis=1).tolist()
     return fields
+
+
+def describe(fields: dict, max_steps: int, flag: str = "--eval-max-steps") -> str:
+    """One line on an evaluation's record ``fields``: the return over the episodes that ended, and how many
+    were cut short at ``max_steps`` (``flag`` sets it)."""
+    cut = fields.get("eval_cut_short", 0)
+    bound = f"{cut} cut short at {flag} {max_steps:,} and left out" if cut else ""
+    if not fields["eval_episodes"]:
+        return f"no episode ended: all {cut} cut short at {flag} {max_steps:,}, so no return"
+    return (
+        f"return {fields['eval_return']:.4g} ± {fields['eval_return_stderr']:.2g} (standard error) over "
+        f"{fields['eval_episodes']} episodes, min {fields['eval_return_min']:.4g}, max {fields['eval_return_max']:.4g}"
+        + (f"; {bound}" if bound else "")
+    )
 
 
 def check(config: EvalConfig) -> None:

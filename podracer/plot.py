@@ -5,21 +5,54 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 
 import numpy as np
 
 from podracer.aggregate import ESTIMATORS, bootstrap
-from podracer.runlog import METRICS_FILE, read_records
+from podracer.runlog import METRICS_FILE, parse_records, torn_line_warning
 
 FINAL_WINDOWS = 3  # a run's final score: the mean of its last log windows
 
 
 def read_metrics(run_dir: str) -> list[dict]:
-    """The records of ``run_dir/metrics.jsonl``."""
+    """The records of ``run_dir/metrics.jsonl``; FileNotFoundError if there is none, ValueError naming the file
+    for one that does not hold records (empty lines aside: a file that only holds a torn line, one that is not
+    text, a line that is not a JSON object). A torn last line after others is dropped with a warning, as a run
+    being written may have one."""
     path = os.path.join(run_dir, METRICS_FILE)
     if not os.path.exists(path):
         raise FileNotFoundError(f"{run_dir} has no {METRICS_FILE}: is it a podracer run directory?")
-    return read_records(path)
+    try:
+        records, torn = parse_records(path)
+    except (OSError, UnicodeDecodeError) as error:  # a directory, a binary file
+        raise ValueError(f"{path}: cannot read it as podracer's records ({error})") from None
+    if torn is not None and not records:
+        raise ValueError(f"{path}: line {torn}, its only one, is not a JSON record")
+    if torn is not None:
+        print(torn_line_warning(path, torn), file=sys.stderr)
+    bad = next((i for i, record in enumerate(records, 1) if not isinstance(record, dict)), None)
+    if bad is not None:
+        raise ValueError(f"{path}: record {bad} is not a JSON object")
+    return records
+
+
+def _numbers(values: list, run_dir: str, key: str) -> np.ndarray:
+    """``values`` (``key`` of ``run_dir``'s records) as floats; ValueError naming them where one is not a number."""
+    if any(value is None for value in values):  # numpy would make them NaN
+        raise ValueError(f"{run_dir}: its records' {key} are not all numbers (some have none)")
+    try:
+        return np.asarray(values, np.float64)
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"{run_dir}: its records' {key} are not all numbers ({error})") from None
+
+
+def _save(fig, out: str) -> None:
+    """Writes the figure to ``out``; ValueError naming ``--out`` when it cannot be written there."""
+    try:
+        fig.savefig(out, dpi=120)
+    except (OSError, ValueError) as error:
+        raise ValueError(f"--out {out}: cannot write the figure there ({error})") from None
 
 
 def plot_runs(run_dirs: list[str], out: str, metric: str = "episode_return") -> str:
@@ -35,16 +68,16 @@ def plot_runs(run_dirs: list[str], out: str, metric: str = "episode_return") -> 
         if not records:
             raise ValueError(f"{run_dir} logged no {metric!r} yet")
         label = os.path.basename(os.path.normpath(run_dir))
-        values = [r[metric] for r in records]
-        by_steps.plot([r["env_steps"] for r in records], values, label=label)
-        by_time.plot([r["time"] for r in records], values, label=label)
+        values = _numbers([r[metric] for r in records], run_dir, metric)
+        by_steps.plot(_numbers([r.get("env_steps") for r in records], run_dir, "env_steps"), values, label=label)
+        by_time.plot(_numbers([r.get("time") for r in records], run_dir, "time"), values, label=label)
     by_steps.set_xlabel("environment steps (per seed)")
     by_time.set_xlabel("training seconds (compilation excluded)")
     for axis in (by_steps, by_time):
         axis.set_ylabel(metric.replace("_", " "))
         axis.grid(alpha=0.3)
     by_steps.legend(fontsize="small")
-    fig.savefig(out, dpi=120)
+    _save(fig, out)
     plt.close(fig)
     return out
 
@@ -55,13 +88,16 @@ def _seed_curves(run_dir: str, metric: str, x_key: str = "env_steps") -> list[tu
     records = read_metrics(run_dir)
     per_seed = [r for r in records if r.get(f"{metric}_per_seed") is not None]
     if per_seed:
-        steps = np.array([r[x_key] for r in per_seed], np.float64)
-        values = np.array([r[f"{metric}_per_seed"] for r in per_seed], np.float64)  # [points, seeds]
+        steps = _numbers([r.get(x_key) for r in per_seed], run_dir, x_key)
+        values = _numbers([r[f"{metric}_per_seed"] for r in per_seed], run_dir, f"{metric}_per_seed")
+        if values.ndim != 2:
+            raise ValueError(f"{run_dir}: its records' {metric}_per_seed are not lists of one number per seed")
         return [(steps, values[:, i]) for i in range(values.shape[1])]
     records = [r for r in records if r.get(metric) is not None]
     if not records:
         raise ValueError(f"{run_dir} logged no {metric!r} yet")
-    return [(np.array([r[x_key] for r in records], np.float64), np.array([r[metric] for r in records]))]
+    steps = _numbers([r.get(x_key) for r in records], run_dir, x_key)
+    return [(steps, _numbers([r[metric] for r in records], run_dir, metric))]
 
 
 def _groups(run_dir: str, seeds: int) -> list[str]:
@@ -161,7 +197,7 @@ def plot_aggregate(run_dirs: list[str], out: str, metric: str = "episode_return"
     finals.set_ylabel(f"final {what} (last {FINAL_WINDOWS} windows)")
     for axis in (curves, finals):
         axis.grid(alpha=0.3)
-    fig.savefig(out, dpi=120)
+    _save(fig, out)
     plt.close(fig)
     numbers = os.path.splitext(out)[0] + ".json"
     with open(numbers, "w") as f:

@@ -32,7 +32,7 @@ def read_run_config(run_dir: str) -> dict:
     try:
         with open(path) as f:
             saved = json.load(f)
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as error:
         raise ValueError(f"{path} does not hold a podracer run's settings ({type(error).__name__}: {error})") from None
     check_run_config(saved, path)
     return saved
@@ -48,9 +48,9 @@ def check_run_config(saved: Any, path: str) -> None:
         raise ValueError(f"{path} does not hold a podracer run's settings (a JSON object)")
     groups = {"anakin": {"anakin": AnakinConfig}, "sebulba": {"sebulba": SebulbaConfig, "host_env": HostEnvConfig}}
     architecture, agent = saved.get("architecture"), saved.get("agent")
-    if architecture not in groups:
+    if not isinstance(architecture, str) or architecture not in groups:  # a list or an object is no name either
         raise ValueError(f"{path}: architecture must be one of {sorted(groups)}, got {architecture!r}")
-    if agent not in AGENTS:
+    if not isinstance(agent, str) or agent not in AGENTS:
         raise ValueError(f"{path}: agent must be one of {sorted(AGENTS)}, got {agent!r}")
     if not isinstance(saved.get("env"), str) or not saved["env"]:
         raise ValueError(f"{path}: env must be an environment's name, got {saved.get('env')!r}")

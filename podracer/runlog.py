@@ -55,20 +55,30 @@ def read_records(path: str) -> list[dict]:
     A torn last line (what a crash, a kill or a full disk leaves) is dropped with a
     warning on stderr; a bad line before the last is an error naming the file and line.
     """
+    records, torn = parse_records(path)
+    if torn is not None:
+        print(torn_line_warning(path, torn), file=sys.stderr)
+    return records
+
+
+def parse_records(path: str) -> tuple[list, int | None]:
+    """The JSON values of a ``metrics.jsonl``'s lines and the number of its torn last line (None if it is whole);
+    ValueError naming the file and line for a bad line before the last."""
     with open(path) as f:
         lines = [(number, line) for number, line in enumerate(f.read().split("\n"), 1) if line.strip()]
-    records = []
+    records, torn = [], None
     for number, line in lines:
         try:
             records.append(json.loads(line))
-        except json.JSONDecodeError as error:
+        except (json.JSONDecodeError, RecursionError) as error:
             if number != lines[-1][0]:
                 raise ValueError(f"{path}: line {number} is not a JSON record ({error})") from None
-            print(
-                f"warning: {path}: dropped its torn last line {number} (the run stopped while writing it)",
-                file=sys.stderr,
-            )
-    return records
+            torn = number
+    return records, torn
+
+
+def torn_line_warning(path: str, number: int) -> str:
+    return f"warning: {path}: dropped its torn last line {number} (the run stopped while writing it)"
 
 
 def _fmt(value: Any, digits: int = 4) -> str:

@@ -45,27 +45,55 @@ class Trial(NamedTuple):
 
 def sebulba_candidates(settings: dict, devices: int, cpu_count: int) -> list[dict]:
     """Layouts of the preset's Sebulba ``settings`` over ``devices`` local devices and ``cpu_count`` cores: the
-    preset's own first (``{}``), then device splits x actor threads x envpool batches."""
+    preset's own first (``{}``), then actor threads x envpool batches x device splits, each one the trainer accepts
+    (:func:`podracer.sebulba.config.check_layout`)."""
+    from podracer.sebulba.config import SebulbaConfig, check_layout
+
     per_device = settings.get("actor_threads", 1) * settings.get("envs_per_thread", 16)
-    splits = [{}]  # auto: device 0 acts, the others learn
-    if devices >= 4:  # two actor devices, the rest learn
-        splits.append({"actor_devices": "0,1", "learner_devices": ",".join(map(str, range(2, devices)))})
     threads = [t for t in (1, 2, 4) if t <= cpu_count and per_device % t == 0] or [1]
     candidates = []
-    for split, n, batches in itertools.product(splits, threads, (1, 2)):
-        envs = per_device // n
-        if envs % batches:
-            continue
-        candidates.append({**split, "actor_threads": n, "envs_per_thread": envs, "env_batches": batches})
+    for n, batches in itertools.product(threads, (1, 2)):
+        layout = {"actor_threads": n, "envs_per_thread": per_device // n, "env_batches": batches}
+        candidates += [{**split, **layout} for split in _device_splits(devices, per_device // n)]
+    candidates = [c for c in candidates if _accepted(check_layout, SebulbaConfig(**{**settings, **c}), devices)]
     return [{}] + [c for c in candidates if not _same_as_preset(c, settings)]
 
 
+def _device_splits(devices: int, envs_per_thread: int) -> list[dict]:
+    """Device splits for ``envs_per_thread`` environments per actor thread: device 0 acts, and where there are 4
+    devices or more also devices 0 and 1; each with as many of the other devices learning as the environments
+    split evenly over (``{}``: device 0 acts and every other one learns, the trainer's default)."""
+    splits = []
+    for acting in [(0,), (0, 1)] if devices >= 4 else [(0,)]:
+        free = range(len(acting), devices)
+        learners = max((k for k in range(1, len(free) + 1) if envs_per_thread % k == 0), default=0)
+        if acting == (0,) and learners == len(free):
+            splits.append({})
+        elif learners:
+            chosen = ",".join(map(str, free[:learners]))
+            splits.append({"actor_devices": ",".join(map(str, acting)), "learner_devices": chosen})
+    return splits
+
+
 def anakin_candidates(settings: dict, devices: int) -> list[dict]:
-    """Lanes per device (dividing the environments per device) x update loop, the preset's own first."""
+    """Lanes per device (dividing the environments per device) x update loop, the preset's own first; each one the
+    trainer accepts (:func:`podracer.anakin.config.geometry`)."""
+    from podracer.anakin.config import AnakinConfig, geometry
+
     per_device = settings.get("num_envs", 64) // max(1, devices)
     lanes = [n for n in (1, 2, 4, 8) if per_device % n == 0]
     candidates = [{"lanes": n, "update_loop": loop} for n in lanes for loop in ("device", "host")]
+    candidates = [c for c in candidates if _accepted(geometry, AnakinConfig(**{**settings, **c}), devices)]
     return [{}] + [c for c in candidates if not _same_as_preset(c, {"lanes": 1, "update_loop": "device", **settings})]
+
+
+def _accepted(check, *args) -> bool:
+    """Whether the trainer's ``check(*args)`` (which raises ValueError for a layout it refuses) passes."""
+    try:
+        check(*args)
+    except ValueError:
+        return False
+    return True
 
 
 def _same_as_preset(candidate: dict, settings: dict) -> bool:
@@ -76,7 +104,7 @@ def _same_as_preset(candidate: dict, settings: dict) -> bool:
 def measure(command: list[str], trial_seconds: float, timeout: float = 900) -> tuple[float, float]:
     """Runs the ``podracer`` ``command`` until it compiled (within ``timeout`` seconds), lets it train
     ``trial_seconds``, stops it with SIGINT; returns ``(steps/s, compile seconds)`` from its RESULT line. Raises
-    RuntimeError if it failed."""
+    RuntimeError if it failed, or trained no steps in its time."""
     with tempfile.TemporaryFile("w+") as err, tempfile.TemporaryFile("w+") as out:
         proc = subprocess.Popen(command, stdout=out, stderr=err, text=True)
         try:
@@ -99,6 +127,8 @@ def measure(command: list[str], trial_seconds: float, timeout: float = 900) -> t
         if not found:
             lines = err.read().strip().splitlines()
             raise RuntimeError(lines[-1] if lines else f"exit code {proc.returncode}")
+        if not float(found.group(1)):  # stopped before its first update ended: nothing to compare
+            raise RuntimeError(f"no update finished within the trial's {trial_seconds:g}s (raise --trial-seconds)")
         return float(found.group(1)), float(found.group(2))
 
 
@@ -162,7 +192,8 @@ def fastest(trials: list[Trial]) -> Trial | None:
 
 
 def save_preset(path: str, architecture: str, preset: dict, group: dict, best: Trial, about: str) -> None:
-    """Writes the preset's settings with ``best``'s layout as a preset file (``--preset PATH.json``)."""
+    """Writes the preset's settings with ``best``'s layout as a preset file (``--preset PATH.json``), whole or not
+    at all (OSError)."""
     key = "sebulba" if architecture == "sebulba" else "anakin"
     saved = {
         "architecture": architecture,
@@ -174,8 +205,17 @@ def save_preset(path: str, architecture: str, preset: dict, group: dict, best: T
     }
     if group.get("host_env"):
         saved["host_env"] = group["host_env"]
-    with open(path, "w") as f:
-        json.dump(saved, f, indent=1, default=_jsonable)
+    text = json.dumps(saved, indent=1, default=_jsonable)
+    folder = os.path.dirname(os.path.abspath(path))
+    with tempfile.NamedTemporaryFile("w", dir=folder, prefix=".podracer-tune-", delete=False) as f:
+        try:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        except OSError:
+            os.unlink(f.name)
+            raise
+    os.replace(f.name, path)  # whole or not at all: a full disk leaves no half-written preset
 
 
 def _jsonable(value):

@@ -61,9 +61,11 @@ def test_eval_refuses_bad_input_in_one_line(trained_run, tmp_path, capsys):
         ((trained_run, "--video", str(tmp_path / "no" / "such" / "dir" / "v.gif")), "cannot write into"),
         ((trained_run, "--video", str(tmp_path / "v.avi")), "name a .gif or an .mp4"),
         ((trained_run, "--episodes", "0"), "--episodes must be at least 1"),
+        ((trained_run, "--max-steps", "-1"), "--max-steps must be at least 0"),
+        ((trained_run, "--episodes", "2", "--max-steps", "5"), "no episode of 2 ended within --max-steps 5 steps"),
     ]
     for i, (args, message) in enumerate(cases):
-        if i in (0, 4, 5):  # refused before the run is rebuilt: in this process (each start costs seconds)
+        if i in (0, 4, 5, 6):  # refused before the run is rebuilt: in this process (each start costs seconds)
             code, err = main(["eval", *args]), capsys.readouterr().err
         else:
             out = _podracer("eval", *args)
@@ -71,6 +73,22 @@ def test_eval_refuses_bad_input_in_one_line(trained_run, tmp_path, capsys):
         assert code == 2 and message in err, (args, err[-2000:])
         assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
     assert json.load(open(os.path.join(trained_run, "config.json")))["env"] == "cartpole"
+
+
+@pytest.mark.slow
+def test_eval_of_a_run_being_written_reads_its_newest_complete_checkpoint_and_touches_nothing(trained_run, tmp_path):
+    """A run writing a checkpoint has an unfinished save folder beside its complete ones: eval reads the newest
+    complete one and leaves the run's folders as they are (the run, not eval, tidies up)."""
+    run_dir = str(tmp_path / "being-written")
+    shutil.copytree(trained_run, run_dir)
+    checkpoints = os.path.join(run_dir, "checkpoints")
+    newest = max(int(name) for name in os.listdir(checkpoints) if name.isdigit())
+    saving = os.path.join(checkpoints, f"{newest + 1}.orbax-checkpoint-tmp")  # as seen beside a run that saves
+    shutil.copytree(os.path.join(checkpoints, str(newest)), saving)
+    before = sorted(os.listdir(checkpoints))
+    out = _podracer("eval", run_dir, "--episodes", "2")
+    assert out.returncode == 0 and f"update={newest}" in out.stdout, out.stderr[-2000:]
+    assert sorted(os.listdir(checkpoints)) == before
 
 
 def test_pictures_for_videos_of_anakin_environments():

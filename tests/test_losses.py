@@ -152,7 +152,7 @@ def test_the_learner_takes_conv_batches_in_slices_with_the_same_result(monkeypat
     gradients); outputs, loss and gradients are unchanged."""
     import jax
 
-    from podracer.agents import actor_critic, make_impala
+    from podracer.agents import actor_critic
     from podracer.types import Discrete, EnvSpec
 
     spec = EnvSpec(jax.ShapeDtypeStruct((36, 36, 4), jnp.uint8), Discrete(3))  # Nature CNN: 8x8, 3x3, 1x1

@@ -71,6 +71,8 @@ def test_pbt_settings_are_checked_and_its_steps_land_on_log_windows():
         geometry(dataclasses.replace(swept, num_seeds=1), 1, members=1)
     with pytest.raises(ValueError, match="--pbt-quantile must be above 0"):
         geometry(dataclasses.replace(swept, pbt_quantile=0.0), 1, members=2)
+    with pytest.raises(ValueError, match="--pbt-factor must be above 1, got 1.0"):
+        geometry(dataclasses.replace(swept, pbt_factor=1.0), 1, members=2)
     with pytest.raises(ValueError, match="--pbt-quantile must be at most 0.5"):
         geometry(dataclasses.replace(swept, pbt_quantile=0.6), 1, members=2)
     with pytest.raises(ValueError, match="no PBT step would happen"):

@@ -113,6 +113,9 @@ def test_a_sweep_from_the_command_line_resumes_with_it_and_plots_per_member(tmp_
     assert main(["anakin", *flags, *sweep]) == 0
     assert "sps=" in capsys.readouterr().out
     assert main(["anakin", "--resume", run_dir, "--quiet"]) == 0  # the saved sweep, or the checkpoint would not fit
+    assert main(["anakin", "--resume", run_dir, "--sweep", "learning_rate=1e-3,5e-3", "--quiet"]) == 2
+    err = capsys.readouterr().err  # another grid is another run: refused in one line
+    assert "anakin.sweep: ['learning_rate=1e-3,3e-3'] in the checkpoint" in err and len(err.splitlines()) == 1
     config = json.load(open(os.path.join(run_dir, "config.json")))
     assert config["anakin"]["sweep"] == ["learning_rate=1e-3,3e-3"] and config["sweep"]["seeds_per_member"] == 2
     groups = aggregate_runs([run_dir], reps=10)

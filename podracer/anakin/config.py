@@ -148,6 +148,11 @@ def _pbt_schedule(config: AnakinConfig, members: int, steps_per_update: int, num
         )
     if config.pbt_quantile <= 0:
         raise ValueError(f"--pbt-quantile must be above 0, got {config.pbt_quantile}")
+    if config.pbt_factor <= 1:
+        raise ValueError(
+            f"--pbt-factor must be above 1, got {config.pbt_factor}: a copied setting is multiplied or divided by "
+            "it, and by 1 no copy would ever explore"
+        )
     interval = max(1, round(config.pbt_interval / steps_per_update))
     if interval >= num_updates:
         raise ValueError(

@@ -2,8 +2,9 @@
 
 Every seed's parameters are evaluated (``vmap`` over seeds) on
 ``--eval-episodes`` environments reset with keys that never meet training's,
-stepped until each has finished one episode (at most the environment's time
-limit). It runs on this process's first device; training waits for it, which
+stepped until each has finished one episode, for at most ``--eval-max-steps``
+steps or the environment's time limit (episodes still running then are cut
+short and left out of the score). It runs on this process's first device; training waits for it, which
 on Anakin costs about as many env steps as the evaluation takes.
 """
 
@@ -26,7 +27,7 @@ def episode_returns(agent: Agent, env, config: EvalConfig, sweep: Sweep | None =
     for ``M`` episodes; with a ``sweep``, each seed acts as the agent of its own ``hparams`` (its member's settings,
     or PBT's), without one ``hparams`` is ``{}``."""
     episodes = config.eval_episodes
-    limit = min(int(env.max_episode_steps), MAX_EVAL_STEPS) + 1  # + 1: the step that reports a truncation
+    limit = episode_step_bound(env, config)  # an episode of that many steps reports its end on the last
 
     def one_seed(params, hparams, key):
         act = evaluation.policy(sweep.agent_with(hparams) if sweep else agent, config)
@@ -60,6 +61,12 @@ def episode_returns(agent: Agent, env, config: EvalConfig, sweep: Sweep | None =
     return run
 
 
+def episode_step_bound(env, config: EvalConfig) -> int:
+    """The most steps an evaluation episode on ``env`` may take: ``--eval-max-steps``, the environment's time
+    limit or, for one without either, ``MAX_EVAL_STEPS``."""
+    return min(int(env.max_episode_steps), config.eval_max_steps or MAX_EVAL_STEPS)
+
+
 def seed_learners(state):
     """Every seed's learner state ``[seeds, ...]`` from a runner state, on this process's first device.
 
@@ -89,14 +96,7 @@ class AnakinEvaluator:
         local = seed_learners(state)
         key = jax.random.fold_in(self.key, update)
         returns, finished = jax.device_get(self.run(self.agent.actor_params(local), first_lane(state.hparams), key))
-        env_steps = update * self.steps_per_update
-        if finished.all():
-            self.finished = summary(returns, env_steps)
-        else:  # only without a time limit: episodes that outlasted MAX_EVAL_STEPS are left out
-            ended = returns[finished].reshape(1, -1)
-            self.finished = (
-                summary(ended, env_steps) if ended.size else {"eval_episodes": 0, "eval_env_steps": env_steps}
-            )
+        self.finished = summary(returns, update * self.steps_per_update, finished)
 
     def collect(self, wait: bool, report=None) -> dict:  # never waits: ``request`` evaluated at once
         finished, self.finished = self.finished, {}

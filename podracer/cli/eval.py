@@ -17,7 +17,8 @@ import os
 import sys
 import threading
 
-from podracer.evaluation import POLICIES, EvalConfig
+from podracer.cli.terminal import Parser
+from podracer.evaluation import POLICIES, EvalConfig, describe
 from podracer.sebulba.actor import prefer_synchronous_cpu_dispatch
 
 VIDEO_FPS = 15
@@ -79,6 +80,7 @@ def _anakin_frames(agent, env, params, eval_config: EvalConfig, seed: int) -> li
     import jax
 
     from podracer import evaluation
+    from podracer.anakin.evaluate import episode_step_bound
     from podracer.envs.render import draw
 
     act = jax.jit(evaluation.policy(agent, eval_config))
@@ -86,7 +88,7 @@ def _anakin_frames(agent, env, params, eval_config: EvalConfig, seed: int) -> li
     key = jax.random.fold_in(jax.random.key(seed), 0x766964)
     state, obs = jax.jit(env.reset)(key)
     states, core = [state.env_state], agent.initial_core(1)
-    for t in range(min(int(env.max_episode_steps), 100_000)):
+    for t in range(episode_step_bound(env, eval_config)):
         action, core = act(params, obs[None], jax.random.fold_in(key, t), core)
         state, ts = step(state, action[0])
         if bool(ts.episode.done) or not bool(ts.valid):
@@ -121,7 +123,7 @@ def _sebulba(run_dir: str, update: int | None, eval_config: EvalConfig, video: s
     params = run.actor_params()
     env = evaluator.make_env(eval_config.eval_episodes)
     try:
-        returns = evaluator.play(env, params, jax.random.key(run.config.seed))
+        returns, finished = evaluator.play(env, params, jax.random.key(run.config.seed))
     finally:
         env.close()
     frames = None
@@ -131,7 +133,8 @@ def _sebulba(run_dir: str, update: int | None, eval_config: EvalConfig, video: s
             evaluator.play(env, params, jax.random.key(run.config.seed + 1), frames)
         finally:
             env.close()
-    return summary(returns[None], run.update * run.geometry.steps_per_update), run.update, frames
+    fields = summary(returns[None], run.update * run.geometry.steps_per_update, finished[None])
+    return fields, run.update, frames
 
 
 def write_video(path: str, frames: list) -> None:
@@ -150,7 +153,7 @@ def write_video(path: str, frames: list) -> None:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="podracer eval",
         description="Evaluate a run's checkpoint with the run's own settings; optionally write a video of it playing.",
     )
@@ -163,6 +166,14 @@ def _parser() -> argparse.ArgumentParser:
         help="the checkpoint's update number (default: the newest)",
     )
     parser.add_argument("--episodes", type=int, default=16, help="episodes to play (default: %(default)s)")
+    parser.add_argument(
+        "--max-steps",
+        type=int,
+        default=EvalConfig.eval_max_steps,
+        metavar="N",
+        help="steps an episode may take: one still running then is cut short and left out of the score "
+        "(0: the environment's own time limit; default: %(default)s)",
+    )
     parser.add_argument(
         "--policy",
         choices=POLICIES,
@@ -183,6 +194,8 @@ def run_eval(argv: list[str]) -> int:
     try:
         if args.episodes < 1:
             raise EvalError(f"--episodes must be at least 1, got {args.episodes}")
+        if args.max_steps < 0:
+            raise EvalError(f"--max-steps must be at least 0, got {args.max_steps}")
         saved = _saved_config(args.run_dir)
         _check_video_path(args.video)
         _use_the_run_devices(saved)
@@ -191,11 +204,12 @@ def run_eval(argv: list[str]) -> int:
         evaluate = {"anakin": _anakin, "sebulba": _sebulba}.get(saved["architecture"])
         if evaluate is None:
             raise EvalError(f"{args.run_dir} holds a run of unknown architecture {saved['architecture']!r}")
-        eval_config = EvalConfig(eval_episodes=args.episodes, eval_policy=args.policy)
+        eval_config = EvalConfig(eval_episodes=args.episodes, eval_max_steps=args.max_steps, eval_policy=args.policy)
         fields, update, frames = evaluate(args.run_dir, args.checkpoint, eval_config, args.video)
         if not fields["eval_episodes"]:
             raise EvalError(
-                "no episode ended within the step limit of an evaluation (an environment without a time limit)"
+                f"no episode of {args.episodes} ended within --max-steps {args.max_steps or 'unbounded'} steps; "
+                "raise --max-steps (0: the environment's own time limit) or try --policy sample"
             )
         if frames is not None:
             write_video(args.video, frames)
@@ -212,13 +226,10 @@ def _report(args: argparse.Namespace, saved: dict, fields: dict, update: int, fr
         f"{args.run_dir}: {saved['agent']} on {saved['env']}, checkpoint at update {update} "
         f"({fields['eval_env_steps']:,} env steps), {args.policy} policy"
     )
-    print(
-        f"return {fields['eval_return']:.4g} ± {fields['eval_return_stderr']:.2g} (standard error) over "
-        f"{fields['eval_episodes']} episodes; min {fields['eval_return_min']:.4g}, max {fields['eval_return_max']:.4g}"
-    )
+    print(describe(fields, args.max_steps, "--max-steps"))
     if frames is not None:
         print(f"video: {args.video} ({len(frames)} frames)")
     print(
         f"EVAL return={fields['eval_return']} stderr={fields['eval_return_stderr']} episodes={fields['eval_episodes']} "
-        f"update={update}"
+        f"cut_short={fields['eval_cut_short']} update={update}"
     )

@@ -7,6 +7,7 @@ lists IMPALA's; a ``--preset`` fills in defaults that explicit flags override.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import os
 import re
@@ -29,12 +30,13 @@ from podracer.cli.presets import (
     SEBULBA_PRESETS,
     read_preset_file,
 )
+from podracer.cli.terminal import Parser, ends_quietly_on_a_closed_pipe
 from podracer.config import add_flags, flag_name, from_flags, given_flags, round_up
 from podracer.distributed import CoordinatorUnreachable, say_goodbye
 from podracer.envs.host import HostEnvConfig
 from podracer.errors import NonFiniteLossError
 from podracer.evaluation import EvalConfig
-from podracer.lock import LOCK_FILE
+from podracer.lock import LOCK_FILE, held_elsewhere
 from podracer.rundir import read_run_config
 from podracer.runlog import CONFIG_FILE
 from podracer.sebulba.actor import prefer_synchronous_cpu_dispatch
@@ -202,7 +204,7 @@ def preset_named(arch: Architecture, name: str) -> dict:
 
 def _early_flags(arch: Architecture, argv: list[str]) -> argparse.Namespace:
     """Reads the flags that decide which other flags exist (and their defaults)."""
-    early = argparse.ArgumentParser(prog=f"podracer {arch.name}", add_help=False)
+    early = Parser(prog=f"podracer {arch.name}", add_help=False)
     _add_start_flags(early, arch, arch.default_preset, None)
     return early.parse_known_args(argv)[0]
 
@@ -247,8 +249,10 @@ def _check_writable(run_dir: str, flag: str) -> None:
 
 
 def _discard_if_unused(run_dir: str, made_here: bool) -> None:
-    """Removes the run directory this command made for a run that was refused before it wrote anything."""
-    if made_here and os.path.isdir(run_dir) and set(os.listdir(run_dir)) <= {LOCK_FILE}:
+    """Removes the run directory this command made for a run that was refused before it wrote anything, unless
+    another run holds it now (the same command started twice at once: each saw no directory, and the one refused
+    must not delete the one that goes on)."""
+    if made_here and os.path.isdir(run_dir) and set(os.listdir(run_dir)) <= {LOCK_FILE} and not held_elsewhere(run_dir):
         shutil.rmtree(run_dir, ignore_errors=True)
 
 
@@ -260,7 +264,7 @@ def build_parser(
         preset = {**preset, "agent": resumed["agent"], "env": resumed["env"]}
     agent_name = agent_name or preset["agent"]
     defaults = resumed or _preset_defaults(arch, preset)
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog=f"podracer {arch.name}",
         description=arch.description,
         epilog="Batch sizes are global and checked before compiling. Run 'podracer presets' for the presets.",
@@ -273,6 +277,29 @@ def build_parser(
     agent_defaults = defaults["agent_config"] if agent_name == preset["agent"] else {}
     add_flags(parser.add_argument_group(f"{agent_name} agent"), AGENTS[agent_name][0], agent_defaults)
     return parser
+
+
+def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """``parser.parse_args(argv)``, refusing a flag of another agent as such, in one line."""
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        parser.error(_unknown_flags(unknown, args.agent))
+    return args
+
+
+def _unknown_flags(unknown: list[str], agent: str) -> str:
+    """Why ``unknown`` (the words argparse did not take) are refused: the first that is another agent's flag is
+    named with the agents that take it (``--help`` lists only the chosen agent's flags)."""
+    for word in unknown:
+        flag = word.split("=", 1)[0]
+        owners = [name for name, (cls, _) in AGENTS.items() if name != agent and flag in _agent_flags(cls)]
+        if owners:
+            return f"{flag} is a flag of --agent {' and '.join(owners)}; --agent {agent} does not take it"
+    return f"unrecognized arguments: {' '.join(unknown)}"
+
+
+def _agent_flags(config_class: type) -> set[str]:
+    return {flag_name(field.name) for field in dataclasses.fields(config_class)}
 
 
 def fit_batch(arch: Architecture, args: argparse.Namespace) -> str | None:
@@ -399,7 +426,7 @@ def run_architecture(arch: Architecture, argv: list[str]) -> int:
     except (ValueError, FileNotFoundError, CoordinatorUnreachable) as error:
         print(f"podracer {arch.name}: error: {error}", file=sys.stderr)
         return 2
-    args = parser.parse_args(argv)
+    args = _parse(parser, argv)
     args.resume = early.resume
     if resumed is not None and args.logdir not in (None, args.resume):
         print(f"podracer {arch.name}: error: --resume continues in its own directory; drop --logdir", file=sys.stderr)
@@ -435,14 +462,14 @@ def run_architecture(arch: Architecture, argv: list[str]) -> int:
     print(
         f"RESULT architecture={arch.name} agent={args.agent} env={args.env} env_steps={result.env_steps} "
         f"episode_return={final.get('episode_return')} {rates} compile_s={result.compile_seconds:.1f}"
-        + (f" eval_return={result.evaluation['eval_return']}" if result.evaluation else "")
+        + (f" eval_return={result.evaluation.get('eval_return')}" if result.evaluation else "")
         + (f" stopped_by={stopped_by}" if stopped_by else "")
     )
     return SIGNAL_EXIT_CODES.get(stopped_by, 0)
 
 
 def run_presets(argv: list[str]) -> int:
-    argparse.ArgumentParser(prog="podracer presets", description="List the ready-made settings.").parse_args(argv)
+    Parser(prog="podracer presets", description="List the ready-made settings.").parse_args(argv)
     for arch in (ANAKIN, SEBULBA):
         for name, preset in sorted(arch.presets.items()):
             default = " (default)" if name == arch.default_preset else ""
@@ -451,7 +478,7 @@ def run_presets(argv: list[str]) -> int:
 
 
 def run_plot(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="podracer plot",
         description="Draw episode return against env steps and against seconds for one or more runs (PNG).",
     )
@@ -516,14 +543,24 @@ SUMMARY = {
 def main(argv: list[str] | None = None) -> int:
     as_program = argv is None  # the podracer command itself, not a call from Python (tests, notebooks)
     argv = sys.argv[1:] if argv is None else argv
-    if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
-        print(f"{DESCRIPTION}\n\nusage: podracer {{{','.join(COMMANDS)}}} ...\n")
-        for name, text in SUMMARY.items():
-            print(f"  {name:9s} {text}")
-        known = not argv or argv[0] in ("-h", "--help")
-        if not known:
-            print(f"\npodracer: error: unknown command {argv[0]!r}", file=sys.stderr)
-        return 0 if known else 2
+    return ends_quietly_on_a_closed_pipe(lambda: _run_command(argv, as_program))
+
+
+def _usage(argv: list[str]) -> int:
+    """The bare command's usage, or the one-line refusal of an unknown command."""
+    if argv and argv[0] not in ("-h", "--help"):
+        print(f"podracer: error: unknown command {argv[0]!r}: choose from {', '.join(COMMANDS)}", file=sys.stderr)
+        return 2
+    print(f"{DESCRIPTION}\n\nusage: podracer {{{','.join(COMMANDS)}}} ...\n")
+    for name, text in SUMMARY.items():
+        print(f"  {name:9s} {text}")
+    return 0
+
+
+def _run_command(argv: list[str], as_program: bool) -> int:
+    """Runs the subcommand ``argv[0]`` with the signals handled as the module docstring says."""
+    if not argv or argv[0] not in COMMANDS:
+        return _usage(argv)
     prefer_synchronous_cpu_dispatch()  # before anything starts JAX's backends
     # A run's driver takes the signals over while it runs; before and after, either one ends the command.
     previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
@@ -531,9 +568,6 @@ def main(argv: list[str] | None = None) -> int:
         route_signals_to_main_thread()  # before JAX starts the threads a signal must not land on
     try:
         return COMMANDS[argv[0]](argv[1:])
-    except BrokenPipeError:  # the reader went away (podracer presets | head): end quietly, as Python's docs advise
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 1
     except KeyboardInterrupt as interrupt:  # a signal before a run caught its signals
         name = interrupt.args[0] if interrupt.args else "SIGINT"
         print(f"podracer {argv[0]}: stopped by {name} before the run started", file=sys.stderr)

@@ -327,27 +327,43 @@ SEBULBA_PRESETS: dict[str, dict] = {
 DEFAULT_SEBULBA_PRESET = "cartpole_ppo"
 
 
+MAX_PRESET_FILE_BYTES = 1 << 20  # a saved preset is a few hundred bytes
+
+
 def read_preset_file(path: str, architecture: str) -> dict:
     """A preset saved as JSON (``podracer tune --save``), in the form of this module's presets; ValueError naming
-    the file for one that is unreadable or of another architecture."""
+    the file for one that is unreadable, over a MiB, of another architecture, or whose settings the command line
+    would refuse (checked as a run's ``config.json`` is: every key and value; nothing in it is ever executed)."""
+    from podracer.rundir import check_run_config
+
+    saved = _load_preset_json(path)
+    if not isinstance(saved, dict) or saved.get("architecture") != architecture:
+        found = saved.get("architecture") if isinstance(saved, dict) else None
+        article = "an" if architecture[0] in "aeiou" else "a"
+        raise ValueError(f"--preset {path}: not {article} {architecture} preset (it says {found!r})")
+    if architecture == "sebulba":
+        saved = {**saved, "host_env": saved.get("host_env") or {}}  # tune writes it only when it sets something
+    check_run_config(saved, f"--preset {path}")
+    preset = {"about": str(saved.get("about", path)), "agent": saved["agent"], "env": saved["env"]}
+    if architecture == "anakin":
+        return {**preset, "anakin": saved["anakin"], "agent_config": saved["agent_config"]}
+    return {**preset, "fit": _fixed(saved["sebulba"], saved["agent_config"], saved["host_env"])}
+
+
+def _load_preset_json(path: str):
+    """The JSON in the preset file at ``path`` (ValueError naming it when it cannot be read as such)."""
     import json
 
     try:
-        with open(path) as f:
-            saved = json.load(f)
+        with open(path, "rb") as f:
+            data = f.read(MAX_PRESET_FILE_BYTES + 1)
     except OSError as error:
         raise ValueError(f"--preset {path}: cannot read it ({error.strerror or error})") from None
-    except ValueError as error:
+    if len(data) > MAX_PRESET_FILE_BYTES:
+        raise ValueError(f"--preset {path}: over {MAX_PRESET_FILE_BYTES // 2**20} MiB, so not a preset file")
+    try:
+        return json.loads(data)
+    except RecursionError:
+        raise ValueError(f"--preset {path}: not a preset file (its JSON is nested too deeply)") from None
+    except ValueError as error:  # JSONDecodeError, UnicodeDecodeError
         raise ValueError(f"--preset {path}: not a preset file ({error})") from None
-    if not isinstance(saved, dict) or saved.get("architecture") != architecture:
-        found = saved.get("architecture") if isinstance(saved, dict) else None
-        raise ValueError(f"--preset {path}: not a {architecture} preset (it says {found!r})")
-    missing = [
-        key for key in ("agent", "env", architecture, "agent_config") if not isinstance(saved.get(key), (str, dict))
-    ]
-    if missing:
-        raise ValueError(f"--preset {path}: it lacks {', '.join(missing)}")
-    preset = {"about": saved.get("about", path), "agent": saved["agent"], "env": saved["env"]}
-    if architecture == "anakin":
-        return {**preset, "anakin": saved["anakin"], "agent_config": saved["agent_config"]}
-    return {**preset, "fit": _fixed(saved["sebulba"], saved["agent_config"], saved.get("host_env"))}

@@ -7,10 +7,13 @@ import os
 import platform
 import subprocess
 import sys
+import tempfile
 
 from podracer import tune
+from podracer.checkpoint import WRITE_FAILED_EXIT
 from podracer.cli.main import cpu_device_count
 from podracer.cli.presets import ANAKIN_PRESETS, DEFAULT_ANAKIN_PRESET, DEFAULT_SEBULBA_PRESET, SEBULBA_PRESETS
+from podracer.cli.terminal import Parser
 
 PRESETS = {"sebulba": (SEBULBA_PRESETS, DEFAULT_SEBULBA_PRESET), "anakin": (ANAKIN_PRESETS, DEFAULT_ANAKIN_PRESET)}
 
@@ -46,8 +49,40 @@ def _positive(text: str) -> float:
     return value
 
 
+def _check_save_path(parser: argparse.ArgumentParser, path: str) -> None:
+    """Refuses, before any trial, a ``--save`` path that cannot take the preset file: minutes of trials must not
+    end in a file that cannot be written."""
+    if not path.endswith(".json"):
+        parser.error("--save takes a path ending in .json")
+    if os.path.isdir(path):
+        parser.error(f"--save {path}: that is a directory")
+    folder = os.path.dirname(os.path.abspath(path))
+    try:
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".podracer-tune-"):
+            pass
+    except OSError as error:
+        parser.error(f"--save {path}: cannot write into {folder} ({error.strerror or error})")
+
+
+def _verdict(trials: list[tune.Trial], best: tune.Trial) -> str:
+    """What the trials found: the fastest layout against the preset's own, or that no alternative was measured
+    (then nothing was compared, and nothing is claimed)."""
+    measured = [t for t in trials[1:] if t.sps is not None]
+    baseline = trials[0].sps
+    if not measured:
+        why = "; ".join(sorted({t.error for t in trials[1:] if t.error})) or "this host has no other layout to try"
+        ran = f"the preset's own layout ran alone ({baseline:,.0f} steps/s)" if baseline else "nothing ran"
+        return f"fastest: unknown: no alternative layout was measured ({why}); {ran}"
+    flags = " ".join(best.flags) or f"(none: the preset's own layout is the fastest of {len(measured) + 1})"
+    if baseline:
+        gain = f", {best.sps / baseline:.2f}x the preset's {baseline:,.0f}"
+    else:
+        gain = f"; the preset's own layout was not measured ({trials[0].error}), so nothing says how much faster"
+    return f"fastest: {flags}\n{best.sps:,.0f} steps/s{gain}"
+
+
 def run_tune(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="podracer tune",
         description="Measure a preset's layouts on this host (Sebulba: device split, actor threads, envpool batches; "
         "Anakin: lanes, update loop), each a short run of its own, and print the fastest as flags.",
@@ -77,10 +112,8 @@ def run_tune(argv: list[str]) -> int:
     name = args.preset or choose_preset(args.architecture, args.agent, args.env)
     if name not in presets:
         parser.error(f"--preset {name!r}: {args.architecture} has {', '.join(sorted(presets))}")
-    if args.save and not args.save.endswith(".json"):
-        parser.error("--save takes a path ending in .json")
-    if args.save and not os.access(os.path.dirname(os.path.abspath(args.save)), os.W_OK):
-        parser.error(f"--save {args.save}: cannot write into {os.path.dirname(os.path.abspath(args.save))}")
+    if args.save:
+        _check_save_path(parser, args.save)
     preset = presets[name]
     agent, env = args.agent or preset["agent"], args.env or preset["env"]
     try:
@@ -108,17 +141,25 @@ def run_tune(argv: list[str]) -> int:
     if best is None:
         print("podracer tune: error: no trial ran to the end; see the lines above", file=sys.stderr)
         return 1
-    flags = " ".join(best.flags) or "(none: the preset's own layout is the fastest)"
     baseline = trials[0].sps
-    gain = f", {best.sps / baseline:.2f}x the preset's {baseline:,.0f}" if baseline else ""
-    print(f"\nfastest: {flags}\n{best.sps:,.0f} steps/s{gain}")
+    print("\n" + _verdict(trials, best))
     if args.save:
         about = (
             f"--preset {name} with the layout podracer tune found fastest on {platform.node()}: {best.sps:,.0f} steps/s"
         )
         if agent != preset["agent"]:  # the trials ran the agent with its own defaults, not the preset's agent's
             group = {**group, "agent_config": {}}
-        tune.save_preset(args.save, args.architecture, {**preset, "agent": agent, "env": env}, group, best, about)
+        try:
+            tune.save_preset(args.save, args.architecture, {**preset, "agent": agent, "env": env}, group, best, about)
+        except OSError as error:  # checked at the start, so the disk filled or the folder went since
+            print(
+                f"podracer tune: error: could not write --save {args.save} ({error.strerror or error})", file=sys.stderr
+            )
+            return WRITE_FAILED_EXIT
         print(f"saved: {args.save} (train with: podracer {args.architecture} --preset {args.save})")
-    print(f"TUNE preset={name} fastest_sps={best.sps:.0f} preset_sps={baseline or 0:.0f} flags={' '.join(best.flags)}")
+    measured = sum(t.sps is not None for t in trials[1:])
+    print(
+        f"TUNE preset={name} fastest_sps={best.sps:.0f} preset_sps={baseline or 0:.0f} alternatives={measured} "
+        f"flags={' '.join(best.flags)}"
+    )
     return 0

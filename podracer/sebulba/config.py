@@ -86,19 +86,34 @@ class SebulbaGeometry(NamedTuple):
         return self.actor_threads * self.envs_per_thread // self.num_learners
 
 
-def _parse_indices(text: str, flag: str, devices: list[jax.Device]) -> tuple[jax.Device, ...]:
+def _parse_indices(text: str, flag: str, num_devices: int) -> tuple[int, ...]:
     try:
         indices = [int(part) for part in text.split(",") if part.strip()]
     except ValueError:
         raise ValueError(f"{flag} takes comma-separated device indices such as 0 or 1,2,3, got {text!r}") from None
     if not indices:
         raise ValueError(f"{flag} names no device")
-    bad = [i for i in indices if not 0 <= i < len(devices)]
+    bad = [i for i in indices if not 0 <= i < num_devices]
     if bad:
-        raise ValueError(f"{flag} {text}: this host has {len(devices)} device(s), indices 0-{len(devices) - 1}")
+        raise ValueError(f"{flag} {text}: this host has {num_devices} device(s), indices 0-{num_devices - 1}")
     if len(set(indices)) != len(indices):
         raise ValueError(f"{flag} {text} names a device twice")
-    return tuple(devices[i] for i in indices)
+    return tuple(indices)
+
+
+def actor_indices(config: SebulbaConfig, num_devices: int) -> tuple[int, ...]:
+    """The local indices of the actor devices among ``num_devices`` (not for ``--actor-devices cpu``)."""
+    if config.actor_devices == "auto":
+        return (0,)
+    return _parse_indices(config.actor_devices, "--actor-devices", num_devices)
+
+
+def learner_indices(config: SebulbaConfig, num_devices: int, acting: tuple[int, ...]) -> tuple[int, ...]:
+    """The local indices of the learner devices, given the actors' (``acting``): auto is every other device, or
+    device 0 where the actors take them all."""
+    if config.learner_devices == "auto":
+        return tuple(i for i in range(num_devices) if i not in acting) or (0,)
+    return _parse_indices(config.learner_devices, "--learner-devices", num_devices)
 
 
 def topology(config: SebulbaConfig) -> Topology:
@@ -106,16 +121,12 @@ def topology(config: SebulbaConfig) -> Topology:
     devices = jax.local_devices()
     if config.actor_devices == "cpu":
         actors = (jax.local_devices(backend="cpu")[0],)
-    elif config.actor_devices == "auto":
-        actors = (devices[0],)
+        acting = tuple(i for i, d in enumerate(devices) if d in actors)
     else:
-        actors = _parse_indices(config.actor_devices, "--actor-devices", devices)
-    if config.learner_devices == "auto":
-        rest = tuple(d for d in devices if d not in actors)
-        learners = rest or (devices[0],)
-    else:
-        learners = _parse_indices(config.learner_devices, "--learner-devices", devices)
-    indices = [devices.index(d) for d in learners]
+        acting = actor_indices(config, len(devices))
+        actors = tuple(devices[i] for i in acting)
+    indices = learner_indices(config, len(devices), acting)
+    learners = tuple(devices[i] for i in indices)
     everywhere = tuple(jax.local_devices(process_index=p)[i] for p in range(jax.process_count()) for i in indices)
     return Topology(actors, learners, everywhere)
 
@@ -146,9 +157,9 @@ def resolve_env_batches(config: SebulbaConfig, env_id: str, topo: Topology) -> S
     return dataclasses.replace(config, env_batches=2 if two else 1)
 
 
-def geometry(config: SebulbaConfig, topo: Topology) -> SebulbaGeometry:
-    """Checks the batch knobs against the devices, with errors that say what to change (``--env-batches 0``
-    counts as one batch until :func:`resolve_env_batches` has made it concrete)."""
+def check_batch_split(config: SebulbaConfig, learners: int) -> None:
+    """The trainer's checks of ``config``'s knobs and of how its batch splits over envpool batches and ``learners``
+    learner devices (ValueError saying what to change); ``podracer tune`` checks its candidates with it."""
     check_knobs(config)
     batches = config.env_batches or 1
     if config.envs_per_thread % batches:
@@ -156,12 +167,25 @@ def geometry(config: SebulbaConfig, topo: Topology) -> SebulbaGeometry:
             f"--envs-per-thread {config.envs_per_thread} does not split into --env-batches {batches} "
             f"equal envpool batches; use a multiple of {batches} or --env-batches 1"
         )
-    learners = len(topo.learner_devices)
     if config.envs_per_thread % learners:
         raise ValueError(
             f"--envs-per-thread {config.envs_per_thread} does not split evenly over {learners} learner device(s): "
             f"each actor thread sends every learner an equal share; use a multiple of {learners}"
         )
+
+
+def check_layout(config: SebulbaConfig, num_devices: int) -> None:
+    """Checks a layout on a host of ``num_devices`` local devices without starting JAX's backends: the device
+    lists and :func:`check_batch_split`, as :func:`topology` and :func:`geometry` check them."""
+    acting = actor_indices(config, num_devices)
+    check_batch_split(config, len(learner_indices(config, num_devices, acting)))
+
+
+def geometry(config: SebulbaConfig, topo: Topology) -> SebulbaGeometry:
+    """Checks the batch knobs against the devices, with errors that say what to change (``--env-batches 0``
+    counts as one batch until :func:`resolve_env_batches` has made it concrete)."""
+    learners = len(topo.learner_devices)
+    check_batch_split(config, learners)
     threads = config.actor_threads * len(topo.actor_devices)
     processes = jax.process_count()
     steps_per_update = processes * threads * config.envs_per_thread * config.rollout_len
@@ -171,7 +195,7 @@ def geometry(config: SebulbaConfig, topo: Topology) -> SebulbaGeometry:
     return SebulbaGeometry(
         actor_threads=threads,
         envs_per_thread=config.envs_per_thread,
-        env_batches=batches,
+        env_batches=config.env_batches or 1,
         rollout_len=config.rollout_len,
         num_learners=learners,
         num_updates=num_updates,

@@ -2,8 +2,9 @@
 
 On request the learner hands the thread a copy of the acting parameters (on
 the thread's device) and goes on learning; the thread plays
-``--eval-episodes`` games, one per environment, with the greedy or the sampling
-policy, and leaves the result for the next record. A request that arrives
+``--eval-episodes`` games, one per environment, for at most ``--eval-max-steps``
+steps each (a game still running then is cut short and left out of the score),
+with the greedy or the sampling policy, and leaves the result for the next record. A request that arrives
 while an evaluation runs replaces any older one still waiting, so the learner
 never waits for evaluations, except for the final one at the end of the run.
 Atari games are evaluated as games: no life loss ends an episode, rewards are
@@ -78,9 +79,11 @@ class SebulbaEvaluator:
                 if report is not None and waited >= (reported + 1) * REPORT_SECONDS:
                     reported += 1
                     over, steps = self.games
+                    limit = self.config.eval_max_steps
+                    bound = f"it stops at --eval-max-steps {limit:,}, " if limit else ""
                     report(
                         f"evaluation: {over}/{self.config.eval_episodes} games over after {steps:,} steps "
-                        f"({waited:.0f}s; --eval-episodes 0 skips it)"
+                        f"({waited:.0f}s; {bound}--eval-episodes 0 skips it)"
                     )
                 continue
             self.outstanding -= 1
@@ -104,21 +107,23 @@ class SebulbaEvaluator:
                 except queue.Empty:
                     continue
                 key, episode_key = jax.random.split(key)
-                returns = self.play(env, params, episode_key)
-                if returns is not None:
-                    self.results.put(summary(returns[None], update * self.steps_per_update))
+                played = self.play(env, params, episode_key)
+                if played is not None:
+                    returns, finished = played
+                    self.results.put(summary(returns[None], update * self.steps_per_update, finished[None]))
         finally:
             env.close()
 
-    def play(self, env: HostEnv, params, key, frames: list | None = None) -> np.ndarray | None:
-        """One game per environment: their scores ``[M]``, or None if the run stopped first; with ``frames``,
-        the first environment's pictures until its game ends are appended there."""
+    def play(self, env: HostEnv, params, key, frames: list | None = None) -> tuple[np.ndarray, np.ndarray] | None:
+        """One game per environment, each of at most ``--eval-max-steps`` steps: ``(scores [M], finished [M])``
+        (a game cut short there is not finished), or None if the run stopped first; with ``frames``, the first
+        environment's pictures until its game ends are appended there."""
         episodes = env.num_envs
         obs, score = env.reset(), np.zeros(episodes)
         core = jax.device_put(self.agent.initial_core(episodes), self.device)  # one game each: never reset
         final, finished = np.zeros(episodes), np.zeros(episodes, bool)
-        steps = 0
-        while not finished.all():
+        steps, bound = 0, self.config.eval_max_steps or np.inf
+        while not finished.all() and steps < bound:
             if self.stop.is_set():
                 return None
             self.games, steps = (int(finished.sum()), steps), steps + 1
@@ -132,4 +137,4 @@ class SebulbaEvaluator:
             ended = step.game_over & ~finished
             final[ended], finished = score[ended], finished | ended
             obs = step.obs
-        return final
+        return final, finished
