@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from podracer import tune
+from podracer.cli import trials
 from podracer.cli.main import main
 
 SMALL = ["--preset", "catch_ppo", "--num-devices", "1", "--total-env-steps", "4096", "--quiet"]
@@ -123,7 +123,7 @@ TUNE = ["tune", "--architecture", "anakin", "--preset", "catch_ppo", "--cpu-devi
 )
 def test_tune_refuses_a_save_path_it_cannot_write_before_any_trial(where, message, tmp_path, capsys, monkeypatch):
     (tmp_path / "folder.json").mkdir()
-    monkeypatch.setattr(tune, "measure", lambda *args: pytest.fail("a trial ran"))
+    monkeypatch.setattr(trials, "measure", lambda *args: pytest.fail("a trial ran"))
     assert message in _refused([*TUNE, "--save", str(tmp_path / where)], capsys)
 
 
@@ -132,12 +132,12 @@ def test_tune_refuses_a_read_only_folder_before_any_trial(tmp_path, capsys, monk
         raise OSError(30, "Read-only file system")
 
     monkeypatch.setattr("tempfile.NamedTemporaryFile", read_only)
-    monkeypatch.setattr(tune, "measure", lambda *args: pytest.fail("a trial ran"))
+    monkeypatch.setattr(trials, "measure", lambda *args: pytest.fail("a trial ran"))
     assert "(Read-only file system)" in _refused([*TUNE, "--save", str(tmp_path / "x.json")], capsys)
 
 
 def test_a_tune_whose_disk_filled_says_so_in_one_line_and_leaves_no_half_file(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(tune, "measure", lambda command, seconds: (100.0 + len(command), 1.0))
+    monkeypatch.setattr(trials, "measure", lambda command, seconds: (100.0 + len(command), 1.0))
     real_fsync = os.fsync
 
     def full_disk(fd):

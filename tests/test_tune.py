@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from podracer import tune
+from podracer.cli import trials
 from podracer.cli.main import main
 from podracer.cli.presets import ANAKIN_PRESETS, SEBULBA_PRESETS, read_preset_file
 from podracer.cli.tune import choose_preset
@@ -14,14 +14,14 @@ from podracer.sebulba.config import SebulbaConfig, check_layout, geometry, topol
 
 def test_sebulba_layouts_keep_the_environments_per_actor_device():
     settings = SEBULBA_PRESETS["atari_impala"]["fit"](2, 8)["sebulba"]  # 2 threads x 32 envs on this host shape
-    candidates = tune.sebulba_candidates(settings, devices=2, cpu_count=8)
+    candidates = trials.sebulba_candidates(settings, devices=2, cpu_count=8)
     assert candidates[0] == {}  # the preset's own layout first
     per_device = settings["actor_threads"] * settings["envs_per_thread"]
     for c in candidates[1:]:
         assert c["actor_threads"] * c["envs_per_thread"] == per_device
         assert c["envs_per_thread"] % c["env_batches"] == 0
     assert len({json.dumps(c, sort_keys=True) for c in candidates}) == len(candidates)
-    four = tune.sebulba_candidates(settings, devices=4, cpu_count=8)
+    four = trials.sebulba_candidates(settings, devices=4, cpu_count=8)
     assert any(c.get("actor_devices") == "0,1" and c["learner_devices"] == "2,3" for c in four)
 
 
@@ -29,7 +29,7 @@ def test_sebulba_layouts_keep_the_environments_per_actor_device():
 @pytest.mark.parametrize("devices", [1, 2, 3, 5, 8])
 def test_every_sebulba_layout_tried_is_one_the_trainer_accepts(name, devices):
     settings = SEBULBA_PRESETS[name]["fit"](devices, 2)["sebulba"]
-    candidates = tune.sebulba_candidates(settings, devices=devices, cpu_count=2)
+    candidates = trials.sebulba_candidates(settings, devices=devices, cpu_count=2)
     for c in candidates[1:]:
         check_layout(SebulbaConfig(**{**settings, **c}), devices)  # raises for a layout the trainer refuses
     assert len(candidates) > 1  # and there is always an alternative to measure
@@ -52,7 +52,7 @@ def test_a_tune_that_measured_no_alternative_says_so(capsys, monkeypatch):
             raise RuntimeError("the trial failed")
         return 100.0, 1.0
 
-    monkeypatch.setattr(tune, "measure", measure)
+    monkeypatch.setattr(trials, "measure", measure)
     flags = ["--architecture", "anakin", "--preset", "catch_ppo", "--cpu-devices", "1", "--trial-seconds", "0.01"]
     assert main(["tune", *flags]) == 0
     out = capsys.readouterr().out
@@ -64,14 +64,14 @@ def test_a_tune_that_measured_no_alternative_says_so(capsys, monkeypatch):
 def test_a_trial_that_trained_no_steps_measured_nothing(sps, expected):
     script = f"import sys; print('compiled in 1s', file=sys.stderr); print('RESULT sps={sps} compile_s=2.0')"
     if expected is None:
-        assert tune.measure([sys.executable, "-c", script], trial_seconds=1) == (float(sps), 2.0)
+        assert trials.measure([sys.executable, "-c", script], trial_seconds=1) == (float(sps), 2.0)
         return
     with pytest.raises(RuntimeError, match=expected):
-        tune.measure([sys.executable, "-c", script], trial_seconds=1)
+        trials.measure([sys.executable, "-c", script], trial_seconds=1)
 
 
 def test_anakin_layouts_divide_the_environments_per_device():
-    candidates = tune.anakin_candidates({"num_envs": 64}, devices=8)  # 8 per device
+    candidates = trials.anakin_candidates({"num_envs": 64}, devices=8)  # 8 per device
     assert candidates[0] == {} and {"lanes": 1, "update_loop": "device"} not in candidates  # that is the preset
     assert {c["lanes"] for c in candidates[1:]} == {1, 2, 4, 8}
 
@@ -94,8 +94,8 @@ def test_a_saved_preset_reads_back_as_the_layout_it_measured(tmp_path):
     path = str(tmp_path / "tuned.json")
     preset = SEBULBA_PRESETS["cartpole_ppo"]
     group = preset["fit"](2, 2)
-    best = tune.Trial({"env_batches": 2}, sps=1000.0, compile_seconds=1.0)
-    tune.save_preset(path, "sebulba", preset, group, best, "tuned here")
+    best = trials.Trial({"env_batches": 2}, sps=1000.0, compile_seconds=1.0)
+    trials.save_preset(path, "sebulba", preset, group, best, "tuned here")
     loaded = read_preset_file(path, "sebulba")
     fitted = loaded["fit"](2, 2)
     assert fitted["sebulba"] == {**group["sebulba"], "env_batches": 2}

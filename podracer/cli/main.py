@@ -30,7 +30,7 @@ from podracer.cli.presets import (
     SEBULBA_PRESETS,
     read_preset_file,
 )
-from podracer.cli.terminal import Parser, ends_quietly_on_a_closed_pipe
+from podracer.cli.terminal import Parser, cpu_device_count, ends_quietly_on_a_closed_pipe
 from podracer.config import add_flags, flag_name, from_flags, given_flags, round_up
 from podracer.distributed import CoordinatorUnreachable, say_goodbye
 from podracer.envs.host import HostEnvConfig
@@ -113,23 +113,6 @@ SAVED_GROUPS = {  # flag group title -> its key in config.json: a resume takes t
 def _default_run_dir(architecture: str, agent: str, env: str) -> str:
     env_name = re.sub(r"[^A-Za-z0-9_.-]+", "_", env)
     return f"runs/{architecture}-{agent}-{env_name}-{time.strftime('%Y%m%d-%H%M%S')}"
-
-
-def _at_least_one(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
-
-
-MAX_CPU_DEVICES = 1024  # 1,024 simulated devices start in 4 s on 2 cores; 100,000 hung with no output
-
-
-def cpu_device_count(text: str) -> int:
-    value = _at_least_one(text)
-    if value > MAX_CPU_DEVICES:
-        raise argparse.ArgumentTypeError(f"must be at most {MAX_CPU_DEVICES}, got {value}")
-    return value
 
 
 def _add_start_flags(parser: argparse.ArgumentParser, arch: Architecture, preset: str, agent: str | None) -> None:

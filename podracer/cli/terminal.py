@@ -36,3 +36,22 @@ def ends_quietly_on_a_closed_pipe(command: Callable[[], int]) -> int:
         for stream in (sys.stdout, sys.stderr):  # the interpreter flushes both again at its exit
             os.dup2(devnull, stream.fileno())
         return 1
+
+
+def at_least_one(text: str) -> int:
+    """An argparse type: an integer of at least 1."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+MAX_CPU_DEVICES = 1024  # 1,024 simulated devices start in 4 s on 2 cores; 100,000 hung with no output
+
+
+def cpu_device_count(text: str) -> int:
+    """An argparse type: a count of simulated CPU devices, 1 to ``MAX_CPU_DEVICES``."""
+    value = at_least_one(text)
+    if value > MAX_CPU_DEVICES:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_CPU_DEVICES}, got {value}")
+    return value

@@ -9,11 +9,10 @@ import subprocess
 import sys
 import tempfile
 
-from podracer import tune
 from podracer.checkpoint import WRITE_FAILED_EXIT
-from podracer.cli.main import cpu_device_count
+from podracer.cli import trials
 from podracer.cli.presets import ANAKIN_PRESETS, DEFAULT_ANAKIN_PRESET, DEFAULT_SEBULBA_PRESET, SEBULBA_PRESETS
-from podracer.cli.terminal import Parser
+from podracer.cli.terminal import Parser, cpu_device_count
 
 PRESETS = {"sebulba": (SEBULBA_PRESETS, DEFAULT_SEBULBA_PRESET), "anakin": (ANAKIN_PRESETS, DEFAULT_ANAKIN_PRESET)}
 
@@ -64,20 +63,20 @@ def _check_save_path(parser: argparse.ArgumentParser, path: str) -> None:
         parser.error(f"--save {path}: cannot write into {folder} ({error.strerror or error})")
 
 
-def _verdict(trials: list[tune.Trial], best: tune.Trial) -> str:
+def _verdict(ran: list[trials.Trial], best: trials.Trial) -> str:
     """What the trials found: the fastest layout against the preset's own, or that no alternative was measured
     (then nothing was compared, and nothing is claimed)."""
-    measured = [t for t in trials[1:] if t.sps is not None]
-    baseline = trials[0].sps
+    measured = [t for t in ran[1:] if t.sps is not None]
+    baseline = ran[0].sps
     if not measured:
-        why = "; ".join(sorted({t.error for t in trials[1:] if t.error})) or "this host has no other layout to try"
-        ran = f"the preset's own layout ran alone ({baseline:,.0f} steps/s)" if baseline else "nothing ran"
-        return f"fastest: unknown: no alternative layout was measured ({why}); {ran}"
+        why = "; ".join(sorted({t.error for t in ran[1:] if t.error})) or "this host has no other layout to try"
+        alone = f"the preset's own layout ran alone ({baseline:,.0f} steps/s)" if baseline else "nothing ran"
+        return f"fastest: unknown: no alternative layout was measured ({why}); {alone}"
     flags = " ".join(best.flags) or f"(none: the preset's own layout is the fastest of {len(measured) + 1})"
     if baseline:
         gain = f", {best.sps / baseline:.2f}x the preset's {baseline:,.0f}"
     else:
-        gain = f"; the preset's own layout was not measured ({trials[0].error}), so nothing says how much faster"
+        gain = f"; the preset's own layout was not measured ({ran[0].error}), so nothing says how much faster"
     return f"fastest: {flags}\n{best.sps:,.0f} steps/s{gain}"
 
 
@@ -123,10 +122,10 @@ def run_tune(argv: list[str]) -> int:
         return 2
     if args.architecture == "sebulba":
         group = preset["fit"](devices, os.cpu_count() or 1)
-        candidates = tune.sebulba_candidates(group["sebulba"], devices, os.cpu_count() or 1)
+        candidates = trials.sebulba_candidates(group["sebulba"], devices, os.cpu_count() or 1)
     else:
         group = {"anakin": preset["anakin"], "agent_config": preset["agent_config"]}
-        candidates = tune.anakin_candidates(group["anakin"], devices)
+        candidates = trials.anakin_candidates(group["anakin"], devices)
     base = [args.architecture, "--preset", name, "--agent", agent, "--env", env, *passed]
     if args.cpu_devices:
         base += ["--cpu-devices", str(args.cpu_devices)]
@@ -135,14 +134,16 @@ def run_tune(argv: list[str]) -> int:
         f"{args.trial_seconds:g}s of training each, within {args.minutes:g} minutes",
         flush=True,
     )
-    trials = tune.tune(base, candidates, args.minutes, args.trial_seconds, report=lambda line: print(line, flush=True))
-    print("\n" + tune.table(trials))
-    best = tune.fastest(trials)
+    results = trials.tune(
+        base, candidates, args.minutes, args.trial_seconds, report=lambda line: print(line, flush=True)
+    )
+    print("\n" + trials.table(results))
+    best = trials.fastest(results)
     if best is None:
         print("podracer tune: error: no trial ran to the end; see the lines above", file=sys.stderr)
         return 1
-    baseline = trials[0].sps
-    print("\n" + _verdict(trials, best))
+    baseline = results[0].sps
+    print("\n" + _verdict(results, best))
     if args.save:
         about = (
             f"--preset {name} with the layout podracer tune found fastest on {platform.node()}: {best.sps:,.0f} steps/s"
@@ -150,14 +151,14 @@ def run_tune(argv: list[str]) -> int:
         if agent != preset["agent"]:  # the trials ran the agent with its own defaults, not the preset's agent's
             group = {**group, "agent_config": {}}
         try:
-            tune.save_preset(args.save, args.architecture, {**preset, "agent": agent, "env": env}, group, best, about)
+            trials.save_preset(args.save, args.architecture, {**preset, "agent": agent, "env": env}, group, best, about)
         except OSError as error:  # checked at the start, so the disk filled or the folder went since
             print(
                 f"podracer tune: error: could not write --save {args.save} ({error.strerror or error})", file=sys.stderr
             )
             return WRITE_FAILED_EXIT
         print(f"saved: {args.save} (train with: podracer {args.architecture} --preset {args.save})")
-    measured = sum(t.sps is not None for t in trials[1:])
+    measured = sum(t.sps is not None for t in results[1:])
     print(
         f"TUNE preset={name} fastest_sps={best.sps:.0f} preset_sps={baseline or 0:.0f} alternatives={measured} "
         f"flags={' '.join(best.flags)}"
