@@ -502,6 +502,19 @@ def _settings(summary: dict) -> dict:
     return run_settings(summary["architecture"], summary["agent"], summary.get("preset_settings", {}), summary["flags"])
 
 
+def _same_settings(recorded: dict, now: dict, entry: Entry) -> bool:
+    """Whether runs recorded with ``recorded`` settings trained as ``now``'s would: every recorded setting equal,
+    and a setting added since (a new flag, absent from ``recorded``) at its default, which keeps what the code
+    did before the flag existed."""
+    defaults = run_settings(entry.architecture, entry.agent, {}, [])
+    for group, values in now.items():
+        old = recorded.get(group, {})
+        for key, value in values.items():
+            if (old[key] != value) if key in old else (value != defaults.get(group, {}).get(key)):
+                return False
+    return all(key in now.get(group, {}) for group, values in recorded.items() for key in values)
+
+
 def _reference(entry: Entry) -> dict | None:
     return None if entry.reference is None else dataclasses.asdict(entry.reference)
 
@@ -514,7 +527,7 @@ def _recorded(entry: Entry, old: dict) -> dict | None:
             now = {**dataclasses.asdict(entry), "flags": list(entry.flags), "preset_settings": preset_settings(entry)}
             same_runs = all(summary.get(field) == now[field] for field in DEFINING_FIELDS)
             settings = _settings(summary)
-            if same_runs and settings == _settings(now):
+            if same_runs and _same_settings(settings, _settings(now), entry):
                 # the reference is the suite's, not the run's: a corrected figure applies to recorded numbers too;
                 # the runs are labelled as today's definition gives them (their settings are the same)
                 return {
