@@ -2,8 +2,12 @@
 
 import dataclasses
 import glob
+import json
 import os
 import shutil
+import signal
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -18,6 +22,7 @@ from podracer.anakin.run import build_agent
 from podracer.checkpoint import CheckpointConfig
 from podracer.evaluation import OFF as NO_EVALUATION
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SMALL_PPO = dataclasses.replace(PPOConfig(), num_epochs=2, num_minibatches=2, learning_rate=1e-3)
 
 
@@ -117,3 +122,66 @@ def test_a_population_resumed_from_a_checkpoint_ends_as_the_uninterrupted_one(tm
     fields = lambda s: (s.learner.params, s.hparams, s.population)  # noqa: E731
     jax.tree.map(np.testing.assert_array_equal, local(fields(resumed.state)), local(fields(whole.state)))
     assert resumed.records[-1]["pbt_parents"] == whole.records[-1]["pbt_parents"]
+
+
+PBT_RUN = [  # a small population on catch: 4 agents (2 settings x 2 seeds), a PBT step every 8 updates
+    "anakin",
+    "--preset",
+    "catch_ppo",
+    "--num-devices",
+    "1",
+    "--num-envs",
+    "8",
+    "--rollout-len",
+    "8",
+    "--total-env-steps",
+    str(64 * 400),
+    "--log-interval",
+    str(64 * 4),
+    "--num-seeds",
+    "2",
+    "--sweep",
+    "learning_rate=3e-4,3e-3",
+    "--pbt-interval",
+    str(64 * 8),
+    "--pbt-quantile",
+    "0.5",
+    "--pbt-factor",
+    "2",
+    "--eval-episodes",
+    "0",
+]
+RATES = ("time", "sps", "sps_per_seed")  # what a resumed run may log differently
+
+
+def _records(run_dir) -> list[dict]:
+    return [
+        {k: v for k, v in json.loads(line).items() if k not in RATES}
+        for line in open(os.path.join(run_dir, "metrics.jsonl"))
+    ]
+
+
+@pytest.mark.slow
+def test_a_population_stopped_by_sigterm_resumes_to_the_uninterrupted_records(tmp_path):
+    """SIGTERM mid-run, then --resume: every record (returns, losses, each agent's settings, the lineage) but the
+    rates equals the uninterrupted run's, the PBT steps after the stop included."""
+    from podracer.cli.main import main
+
+    whole, stopped = tmp_path / "whole", tmp_path / "stopped"
+    assert main([*PBT_RUN, "--quiet", "--logdir", str(whole)]) == 0
+    command = [sys.executable, "-m", "podracer.cli.main", *PBT_RUN, "--logdir", str(stopped)]
+    proc = subprocess.Popen(command, cwd=ROOT, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    windows = 0
+    for line in proc.stderr:
+        windows += line.startswith("env steps")
+        if windows == 10:  # 40 of 400 updates, 5 PBT steps in
+            proc.send_signal(signal.SIGTERM)
+            break
+    proc.stderr.read()
+    assert proc.wait(timeout=120) == 143
+    before = _records(stopped)
+    assert before and before[-1]["update"] < 400  # it stopped mid-way
+    assert main(["anakin", "--resume", str(stopped), "--quiet"]) == 0
+    expected = _records(whole)
+    assert sum("pbt_parents" in r for r in expected) == 50 and expected[-1]["update"] == 400
+    assert _records(stopped) == expected

@@ -141,3 +141,28 @@ def test_each_agent_of_a_sweep_is_evaluated_with_its_own_settings():
     returns, finished = run(jnp.zeros(2), {"skill": jnp.array([1.0, 0.0])}, jax.random.key(0))
     assert finished.all()
     assert (returns[0] == 1).all() and returns[1].mean() < 0  # each seed acted as its own member
+
+
+@pytest.mark.slow
+def test_a_sweep_of_a_thousand_members_trains_in_one_program(tmp_path):
+    """1,000 learning rates on catch, one device: the grid compiles once and every member learns and is logged."""
+    rates = [f"{1e-4 * (1 + i / 100):.6g}" for i in range(1000)]
+    run_dir = tmp_path / "run"
+    flags = ["anakin", "--preset", "catch_ppo", "--num-devices", "1", "--num-envs", "2", "--rollout-len", "4"]
+    flags += [
+        "--total-env-steps",
+        "64",
+        "--log-interval",
+        "64",
+        "--eval-episodes",
+        "0",
+        "--quiet",
+        "--logdir",
+        str(run_dir),
+    ]
+    assert main([*flags, "--sweep", "learning_rate=" + ",".join(rates)]) == 0
+    record = [json.loads(line) for line in open(run_dir / "metrics.jsonl")][-1]
+    assert record["update"] == 8 and len(record["hyperparameters"]["learning_rate"]) == 1000
+    np.testing.assert_allclose(record["hyperparameters"]["learning_rate"], np.asarray(rates, float), rtol=1e-6)
+    returns = np.asarray(record["episode_return_per_seed"], float)  # each agent ran 32 steps: 3 catch episodes
+    assert returns.shape == (1000,) and np.isfinite(returns).all() and np.isfinite(record["loss"])
