@@ -54,23 +54,10 @@ def _cli(*args):
     return [sys.executable, "-m", "podracer.cli.main", "anakin", *args]
 
 
-def _sigterm_after_progress(command, lines: int) -> int:
-    """Runs ``command``, sends SIGTERM once it printed ``lines`` progress lines, returns its exit code."""
-    proc = subprocess.Popen(command, cwd=ROOT, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
-    seen = 0
-    for line in proc.stderr:
-        seen += line.startswith("env steps")
-        if seen == lines:
-            proc.send_signal(signal.SIGTERM)
-            break
-    proc.stderr.read()
-    return proc.wait(timeout=120)
-
-
 @pytest.mark.slow
-def test_sigterm_then_resume_gives_the_uninterrupted_parameters_and_gapless_metrics(tmp_path):
+def test_sigterm_then_resume_gives_the_uninterrupted_parameters_and_gapless_metrics(tmp_path, sigterm_after_progress):
     run_dir = str(tmp_path / "stopped")
-    assert _sigterm_after_progress(_cli(*FLAGS, "--logdir", run_dir), lines=3) == 143
+    assert sigterm_after_progress(_cli(*FLAGS, "--logdir", run_dir), lines=3) == 143
     stopped = [json.loads(line) for line in open(os.path.join(run_dir, "metrics.jsonl"))]
     assert stopped and stopped[-1]["update"] < 147  # it really stopped mid-way
     assert glob.glob(os.path.join(run_dir, "checkpoints", str(stopped[-1]["update"])))
@@ -100,7 +87,7 @@ def test_sigterm_then_resume_gives_the_uninterrupted_parameters_and_gapless_metr
 
 
 @pytest.mark.slow
-def test_observation_statistics_resume_bit_exactly(tmp_path):
+def test_observation_statistics_resume_bit_exactly(tmp_path, sigterm_after_progress):
     """Pendulum with a Gaussian policy and --normalize-observations, stopped mid-run on 2 devices and resumed."""
     preset = ANAKIN_PRESETS["pendulum_ppo"]
     config = AnakinConfig(**{**preset["anakin"], "total_env_steps": 50_000, "log_interval": 8192}, num_devices=2)
@@ -121,7 +108,7 @@ def test_observation_statistics_resume_bit_exactly(tmp_path):
         "--logdir",
         run_dir,
     ]
-    assert _sigterm_after_progress(_cli(*flags), lines=2) == 143
+    assert sigterm_after_progress(_cli(*flags), lines=2) == 143
     stopped = [json.loads(line) for line in open(os.path.join(run_dir, "metrics.jsonl"))]
     assert stopped and stopped[-1]["env_steps"] < 45_000
 
@@ -348,7 +335,7 @@ def test_process_0_alone_and_malformed_addresses_end_with_a_message():
 
 
 @pytest.mark.slow
-def test_sebulba_resumed_from_a_checkpoint_continues_its_counters_and_metrics(tmp_path):
+def test_sebulba_resumed_from_a_checkpoint_continues_its_counters_and_metrics(tmp_path, sigterm_after_progress):
     run_dir = str(tmp_path / "sebulba")
     flags = [
         "--envs-per-thread",
@@ -369,7 +356,7 @@ def test_sebulba_resumed_from_a_checkpoint_continues_its_counters_and_metrics(tm
         "1e-3",
     ]
     command = [sys.executable, "-m", "podracer.cli.main", "sebulba", *flags, "--logdir", run_dir]
-    assert _sigterm_after_progress(command, lines=4) == 143
+    assert sigterm_after_progress(command, lines=4) == 143
     stopped = [json.loads(line) for line in open(os.path.join(run_dir, "metrics.jsonl"))]
     last = stopped[-1]["update"]
     assert 4 <= last < 234 and glob.glob(os.path.join(run_dir, "checkpoints", str(last)))

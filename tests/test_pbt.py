@@ -5,8 +5,6 @@ import glob
 import json
 import os
 import shutil
-import signal
-import subprocess
 import sys
 
 import jax
@@ -162,7 +160,7 @@ def _records(run_dir) -> list[dict]:
 
 
 @pytest.mark.slow
-def test_a_population_stopped_by_sigterm_resumes_to_the_uninterrupted_records(tmp_path):
+def test_a_population_stopped_by_sigterm_resumes_to_the_uninterrupted_records(tmp_path, sigterm_after_progress):
     """SIGTERM mid-run, then --resume: every record (returns, losses, each agent's settings, the lineage) but the
     rates equals the uninterrupted run's, the PBT steps after the stop included."""
     from podracer.cli.main import main
@@ -170,15 +168,7 @@ def test_a_population_stopped_by_sigterm_resumes_to_the_uninterrupted_records(tm
     whole, stopped = tmp_path / "whole", tmp_path / "stopped"
     assert main([*PBT_RUN, "--quiet", "--logdir", str(whole)]) == 0
     command = [sys.executable, "-m", "podracer.cli.main", *PBT_RUN, "--logdir", str(stopped)]
-    proc = subprocess.Popen(command, cwd=ROOT, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
-    windows = 0
-    for line in proc.stderr:
-        windows += line.startswith("env steps")
-        if windows == 10:  # 40 of 400 updates, 5 PBT steps in
-            proc.send_signal(signal.SIGTERM)
-            break
-    proc.stderr.read()
-    assert proc.wait(timeout=120) == 143
+    assert sigterm_after_progress(command, lines=10) == 143  # 40 of 400 updates, 5 PBT steps in
     before = _records(stopped)
     assert before and before[-1]["update"] < 400  # it stopped mid-way
     assert main(["anakin", "--resume", str(stopped), "--quiet"]) == 0
